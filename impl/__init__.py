@@ -1,0 +1,1 @@
+"""Engine adapters: the protocol, the registry, and one adapter per engine kind."""

@@ -1,0 +1,131 @@
+"""The one small protocol every engine adapter speaks.
+
+An adapter declares which pipeline stages (capabilities) it offers and implements
+one method per capability. A stage the adapter does not list is reported as
+``n/a`` by the gates — never as a pass. References (transformers, llama.cpp,
+tiktoken, CPython ``regex``) are adapters too; only adapters with
+``is_reference = True`` may write snapshots.
+
+Values crossing this boundary are plain data (str, bytes, int lists, dicts of
+JSON-able values, numpy arrays for logits) so that the same calls can travel over
+the JSON-lines process protocol (``impl.cmd``) and HTTP (``impl.http``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+CAPABILITIES: tuple[str, ...] = (
+    "metadata",
+    "render",
+    "split",
+    "encode",
+    "decode",
+    "logits",
+    "sample",
+    "generate",
+)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """What an adapter is told about a model: where its files are, nothing more.
+
+    ``gguf`` is always set. ``tokenizer_json`` / ``tokenizer_config`` are set when
+    the model ships HF tokenizer files; ``tiktoken`` when it ships tiktoken ranks.
+    """
+
+    id: str
+    gguf: Path
+    sha256: str
+    role: str = "full-weights"
+    tokenizer_json: Path | None = None
+    tokenizer_config: Path | None = None
+    tiktoken: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+class EngineError(Exception):
+    """The engine crashed, hung, or answered malformed data: outcome ``error``."""
+
+
+class Unsupported(Exception):
+    """The engine refuses this particular input for a stated reason (not a crash)."""
+
+
+class Engine:
+    """Base class for adapters. Subclasses set ``name`` and override the methods of
+    the capabilities they offer; ``capabilities`` is derived from the overrides.
+
+    Method contracts (all stages are pure functions of their arguments):
+
+    metadata(model) -> dict
+        ``{"architecture", "hparams": {...}, "special": {...}, "tokenizer": {...}}`` —
+        the keys the dispatch gate compares (see ``oracle.dispatch.Hparams``).
+    render(model, messages, add_generation_prompt, **kwargs) -> str
+        the model's own chat template rendered to a prompt string.
+    render_template(template, context) -> str
+        a template string rendered with a context (construct-conformance gate).
+    split(model, text) -> list[str]
+        pre-tokenizer pieces (no special-token scan).
+    encode(model, text, parse_special) -> list[int]
+    decode(model, ids) -> bytes
+    logits(model, ids) -> numpy array [len(ids), n_vocab] of float32
+    sample(logits, params, r) -> dict  (see ``oracle.sampler``)
+    generate(model, ids, params) -> dict  (see ``oracle.decode_loop``)
+    """
+
+    name: ClassVar[str] = "engine"
+    is_reference: ClassVar[bool] = False
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The stages whose methods this adapter overrides (a remote adapter
+        overrides this with what its handshake declared)."""
+        return frozenset(c for c in CAPABILITIES if getattr(type(self), c) is not getattr(Engine, c))
+
+    def version(self) -> str:
+        return "unknown"
+
+    def close(self) -> None:
+        """Release processes, servers or large weights the adapter holds."""
+
+    def offers(self, capability: str) -> bool:
+        return capability in self.capabilities
+
+    # One method per capability; an adapter overrides those it declares.
+    def metadata(self, model: ModelRef) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def render(
+        self,
+        model: ModelRef,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        raise NotImplementedError
+
+    def render_template(self, template: str, context: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def split(self, model: ModelRef, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
+        raise NotImplementedError
+
+    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+        raise NotImplementedError
+
+    def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError

@@ -1,0 +1,68 @@
+"""Resolve ``--impl NAME`` to an engine adapter.
+
+Accepted forms, in order:
+  * a built-in name: ``oracle``, ``hf``, ``llamacpp`` (and the split/encode-only
+    references ``regex`` and ``tiktoken``);
+  * ``cmd:<command line>`` — an external process speaking PROTOCOL.md over stdio;
+  * ``http:<base url>`` — a running llama.cpp-style HTTP server;
+  * ``module:Class`` — any importable adapter class;
+  * a name registered in the ``specgate.impls`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from impl.protocol import Engine
+
+BUILTINS: dict[str, str] = {
+    "oracle": "impl.oracle:OracleEngine",
+    "hf": "impl.hf:HFEngine",
+    "llamacpp": "impl.llamacpp:LlamaCppEngine",
+    "regex": "impl.references:RegexSplitter",
+    "tiktoken": "impl.references:TiktokenEngine",
+}
+ENTRY_POINT_GROUP = "specgate.impls"
+
+
+class UnknownImpl(LookupError):
+    pass
+
+
+def _load_class(target: str) -> type[Engine]:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        cls = getattr(module, attr)
+    except ImportError as exc:
+        raise UnknownImpl(f"cannot import adapter {target!r}: {exc}") from exc
+    except AttributeError as exc:
+        raise UnknownImpl(f"module {module_name!r} has no adapter class {attr!r}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise UnknownImpl(f"{target!r} is not an impl.protocol.Engine subclass")
+    return cls
+
+
+def resolve(spec: str) -> Engine:
+    """Build the adapter named by ``spec`` (see module docstring)."""
+    if spec.startswith("cmd:"):
+        from impl.cmd import CmdEngine
+
+        return CmdEngine(spec[len("cmd:") :])
+    if spec.startswith("http:"):
+        from impl.http import HttpEngine
+
+        return HttpEngine(spec[len("http:") :])
+    if spec in BUILTINS:
+        return _load_class(BUILTINS[spec])()
+    if ":" in spec:
+        return _load_class(spec)()
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == spec:
+            cls = ep.load()
+            if not (isinstance(cls, type) and issubclass(cls, Engine)):
+                raise UnknownImpl(f"entry point {spec!r} does not name an Engine subclass")
+            return cls()
+    known = ", ".join([*BUILTINS, "cmd:<command>", "http:<url>", "module:Class"])
+    raise UnknownImpl(f"unknown --impl {spec!r}; known: {known}, or a {ENTRY_POINT_GROUP} entry point")

@@ -1,0 +1,75 @@
+"""``specgate`` command line: the models cache and serving an adapter over the process protocol.
+
+  specgate models fetch [ID ...]   download, assemble, verify and derive into the cache
+  specgate models tiny             generate the tiny Qwen2/Qwen3 models in every tensor type
+  specgate models list             what the manifest holds and what is cached
+  specgate models path ID          the cached GGUF's path
+  specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specgate import models as model_cache
+
+
+def _models(args: argparse.Namespace) -> int:
+    manifest = model_cache.load_manifest()
+    if args.action == "fetch":
+        from specgate.fetch import fetch
+
+        for model_id in args.ids or list(manifest):
+            if model_id not in manifest:
+                raise model_cache.ModelError(f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}")
+            fetch(manifest[model_id])
+        return 0
+    if args.action == "tiny":
+        from specgate.tiny import generate_all
+
+        generate_all()
+        return 0
+    if args.action == "list":
+        cached = set(model_cache.cached_models(manifest))
+        for model_id, entry in manifest.items():
+            state = "cached" if model_id in cached else "missing"
+            print(f"{model_id:<40} {entry.architecture:<8} {entry.role:<16} {state}")
+        return 0
+    if args.action == "path":
+        for model_id in args.ids:
+            print(model_cache.model_ref(model_id, manifest).gguf)
+        return 0
+    raise AssertionError(args.action)
+
+
+def _engine(args: argparse.Namespace) -> int:
+    from impl.serve import serve
+
+    return serve(args.impl)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specgate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("models", help="the models cache")
+    m.add_argument("action", choices=["fetch", "tiny", "list", "path"])
+    m.add_argument("ids", nargs="*")
+    m.set_defaults(func=_models)
+    e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
+    e.add_argument("--impl", default="oracle")
+    e.set_defaults(func=_engine)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except model_cache.ModelError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specgate: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Reference snapshots: what the references said, with where it came from.
+
+One JSON file per (model, stage): ``snapshots/<model>/<stage>.json`` =
+``{"provenance": {...}, "cases": {case_id: reference output}}``. They are written
+by syrupy from the reference-recording tests (``tests/references``, run by
+``nox -s snapshots``) and read here by the gates, which need neither torch nor
+llama.cpp installed.
+
+Provenance: model id and sha256, the reference adapters and their package
+versions, the date and the command. A snapshot whose model sha256 differs from the
+cached model is refused loudly: the references must be re-run on that model.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from impl.protocol import ModelRef
+
+SNAPSHOT_ROOT = Path(__file__).resolve().parent.parent / "snapshots"
+REGENERATE = "nox -s snapshots"
+
+
+class SnapshotError(Exception):
+    """A snapshot is missing, malformed, or recorded from a different model file."""
+
+
+def path_for(model_id: str, stage: str) -> Path:
+    return SNAPSHOT_ROOT / model_id / f"{stage}.json"
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    out = {}
+    for name in names:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def provenance(model: ModelRef, references: dict[str, str], packages: tuple[str, ...]) -> dict[str, Any]:
+    """Provenance block for a snapshot recorded on ``model`` by ``references``
+    (adapter name -> what it is, e.g. ``"transformers apply_chat_template"``)."""
+    return {
+        "model": model.id,
+        "model_sha256": model.sha256,
+        "references": references,
+        "packages": package_versions(*packages),
+        "python": platform.python_version(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
+        "command": " ".join(["pytest", *sys.argv[1:]]) if sys.argv else REGENERATE,
+    }
+
+
+def available(stage: str) -> list[str]:
+    """Model ids that have a snapshot for ``stage``."""
+    if not SNAPSHOT_ROOT.exists():
+        return []
+    return sorted(p.parent.name for p in SNAPSHOT_ROOT.glob(f"*/{stage}.json"))
+
+
+def load(model: ModelRef, stage: str) -> dict[str, Any]:
+    """The snapshot's cases for ``model``/``stage``, after checking its provenance."""
+    path = path_for(model.id, stage)
+    if not path.exists():
+        raise SnapshotError(f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {REGENERATE}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        prov, cases = data["provenance"], data["cases"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SnapshotError(f"malformed snapshot {path}: {exc}") from exc
+    if prov.get("model_sha256") != model.sha256:
+        raise SnapshotError(
+            f"STALE SNAPSHOT {path}: recorded from model sha256 {prov.get('model_sha256')} but the cached "
+            f"{model.id!r} is {model.sha256}. The model changed; regenerate the references with: {REGENERATE}"
+        )
+    return cases
+
+
+# ---------------------------------------------------------------------------
+# writing (reference-recording tests only)
+
+
+def _extension_for(model_id: str, stage: str) -> type:
+    """A syrupy JSON extension that stores exactly at ``snapshots/<model>/<stage>.json``."""
+    from syrupy.extensions.json import JSONSnapshotExtension
+
+    target = path_for(model_id, stage)
+
+    class StageSnapshot(JSONSnapshotExtension):
+        @classmethod
+        def dirname(cls, *, test_location: Any) -> str:
+            return str(target.parent)
+
+        @classmethod
+        def discovery_dirname(cls, *, test_location: Any) -> str:
+            return str(target.parent)
+
+        @classmethod
+        def get_file_basename(cls, *, test_location: Any, index: Any) -> str:
+            return target.stem
+
+        @classmethod
+        def get_snapshot_name(cls, *, test_location: Any, index: Any = 0) -> str:
+            return target.stem
+
+        @classmethod
+        def matches_test_location(cls, *, test_location: Any, snapshot_location: str) -> bool:
+            return Path(snapshot_location) == target
+
+    return StageSnapshot
+
+
+def record(
+    request: Any,
+    snapshot: Any,
+    reference: Any,
+    model: ModelRef,
+    stage: str,
+    cases: dict[str, Any],
+    references: dict[str, str],
+    packages: tuple[str, ...],
+) -> None:
+    """Record (``--snapshot-update``) or re-check the reference output ``cases``.
+
+    ``reference`` is the adapter that produced them; anything but a reference
+    adapter is refused — the engine under test never writes its own expectations.
+    Without ``--snapshot-update`` the live reference output is compared with the
+    stored cases, so a drifted reference or model is caught.
+    """
+    if not getattr(reference, "is_reference", False):
+        raise SnapshotError(f"refusing to write a snapshot from {getattr(reference, 'name', reference)!r}: "
+                            "only reference adapters may record snapshots")
+    if request.config.option.update_snapshots:
+        data = {"provenance": provenance(model, references, packages), "cases": cases}
+        assert data == snapshot.use_extension(_extension_for(model.id, stage))
+        return
+    stored = load(model, stage)
+    missing = sorted(set(stored) ^ set(cases))
+    assert not missing, f"{model.id}/{stage}: case ids differ between snapshot and live reference: {missing[:10]}"
+    changed = [k for k in cases if json.loads(json.dumps(cases[k])) != stored[k]]
+    assert not changed, (
+        f"{model.id}/{stage}: the live reference no longer matches the snapshot for {len(changed)} cases, "
+        f"first {changed[0]!r}:\n  snapshot: {str(stored[changed[0]])[:400]}\n  live:     {str(cases[changed[0]])[:400]}\n"
+        f"regenerate with: {REGENERATE}"
+    )
