@@ -43,7 +43,7 @@ class LlamaCppEngine(Engine):
             self._models[key] = llama_cpp.Llama(
                 model_path=str(model.gguf),
                 vocab_only=vocab_only,
-                n_ctx=0 if vocab_only else 4096,
+                n_ctx=512 if vocab_only else 4096,
                 n_threads=N_THREADS,
                 logits_all=not vocab_only,
                 verbose=False,

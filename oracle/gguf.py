@@ -98,7 +98,7 @@ class _Cursor:
         if n * min_elem_size > len(self.buf) - self.pos:
             raise GGUFError(
                 f"{self.path}: absurd length {n} for {what} at offset {self.pos - 8}: "
-                f"only {len(self.buf) - self.pos} bytes remain"
+                f"only {len(self.buf) - self.pos} bytes remain (corrupt or truncated file)"
             )
         return n
 

@@ -27,6 +27,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="engine under test: oracle | hf | llamacpp | cmd:<command> | http:<url> | module:Class")
     group.addoption("--model", action="append", default=[],
                     help="manifest id or path to a GGUF (repeatable); default: every cached manifest model")
+    group.addoption("--models", default="",
+                    help="comma-separated manifest ids or GGUF paths (same as repeating --model)")
     group.addoption("--stages", default="", help="comma-separated stages to gate (default: all)")
     group.addoption("--live-references", action="store_true",
                     help="also check against live references (transformers, llama.cpp, tiktoken)")
@@ -43,8 +45,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def selected_models(config: pytest.Config) -> list[str]:
-    chosen = config.getoption("--model")
-    return list(chosen) if chosen else model_cache.cached_models()
+    chosen = list(config.getoption("--model"))
+    chosen += [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
+    return list(dict.fromkeys(chosen)) if chosen else model_cache.cached_models()
 
 
 def selected_stages(config: pytest.Config) -> set[str] | None:
@@ -63,6 +66,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests taking ``model_id`` (but not a snapshot ``case_id``) run once per selected model."""
+    names = set(metafunc.fixturenames)
+    if "model_id" in names and "case_id" not in names:
+        if not any("model_id" in m.args[0] for m in metafunc.definition.iter_markers("parametrize")):
+            metafunc.parametrize("model_id", selected_models(metafunc.config))
 
 
 _refs: dict[str, ModelRef] = {}
@@ -166,6 +177,9 @@ def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None) -> tu
         return "n/a", reason.removeprefix(NA_TAG).strip()
     if call is not None and call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", str(call.excinfo.value)
+    if call is not None and call.excinfo is not None and call.excinfo.errisinstance(AssertionError):
+        # The gate's own message (model, case, stage, first divergence), without the traceback.
+        return "fail", str(call.excinfo.value)
     return "fail", report.longreprtext
 
 
@@ -199,3 +213,41 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     written = report.write_reports(results, config.getoption("--report-dir"))
     for path in written:
         terminalreporter.write_line(f"report: {path}")
+
+
+# ---------------------------------------------------------------------------
+# data-driven gate parametrization
+
+
+def gate_params(config: pytest.Config, stage: str) -> list[Any]:
+    """``(model_id, case_id)`` params for a stage gate: every selected, cached model
+    that has a ``stage`` snapshot × every case in it (ids read from the snapshot)."""
+    from specgate import snapshots
+
+    params = []
+    for model_id in selected_models(config):
+        if model_id not in snapshots.available(stage):
+            continue
+        path = snapshots.path_for(model_id, stage)
+        import json
+
+        for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+            params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
+    return params
+
+
+_snapshot_memo: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def snapshot_cases(model: ModelRef, stage: str) -> dict[str, Any]:
+    """A stage snapshot's cases, loaded and provenance-checked once per session.
+    A stale snapshot (model sha256 changed) fails loudly."""
+    from specgate import snapshots
+
+    key = (model.id, stage)
+    if key not in _snapshot_memo:
+        try:
+            _snapshot_memo[key] = snapshots.load(model, stage)
+        except snapshots.SnapshotError as exc:
+            pytest.fail(str(exc), pytrace=False)
+    return _snapshot_memo[key]

@@ -1,0 +1,90 @@
+"""Small GGUF files for tests, written with gguf-py's writer (an independent encoder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFWriter
+
+from oracle.gguf import open_gguf
+
+QWEN2_HPARAMS = {
+    "block_count": 2,
+    "context_length": 256,
+    "embedding_length": 64,
+    "feed_forward_length": 128,
+    "attention.head_count": 4,
+    "attention.head_count_kv": 2,
+    "rope.freq_base": 1000000.0,
+    "attention.layer_norm_rms_epsilon": 1e-6,
+}
+
+
+def write_gguf(
+    path: Path,
+    arch: str = "qwen2",
+    hparams: dict[str, Any] | None = None,
+    tokens: list[str] | None = None,
+    extra: dict[str, Any] | None = None,
+    tensors: dict[str, np.ndarray] | None = None,
+) -> Path:
+    """A GGUF with ``arch`` hyper-parameters, a small vocabulary and the given tensors."""
+    w = GGUFWriter(str(path), arch)
+    for key, value in (QWEN2_HPARAMS if hparams is None else hparams).items():
+        full = f"{arch}.{key}"
+        if isinstance(value, float):
+            w.add_float32(full, value)
+        else:
+            w.add_uint32(full, value)
+    tokens = tokens if tokens is not None else ["a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_merges(["a b"])
+    w.add_eos_token_id(len(tokens) - 1)
+    w.add_bos_token_id(0)
+    for key, value in (extra or {}).items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        else:
+            w.add_uint32(key, value)
+    for name, array in (tensors or {"token_embd.weight": np.ones((len(tokens), 64), np.float32)}).items():
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def real_header_sample(source: Path, dest: Path, max_array: int = 300) -> Path:
+    """A small GGUF with a real model's key/values (arrays cut to ``max_array``
+    entries) and its small F32 tensors: a realistic header to corrupt quickly."""
+    g = open_gguf(source)
+    arch = g.metadata["general.architecture"]
+    w = GGUFWriter(str(dest), arch)
+    writers = {
+        "uint32": w.add_uint32, "int32": w.add_int32, "float32": w.add_float32, "bool": w.add_bool,
+        "string": w.add_string, "uint64": w.add_uint64, "int64": w.add_int64, "float64": w.add_float64,
+    }
+    for key, value in g.metadata.items():
+        kind = g.types[key]
+        if key in ("general.architecture", "GGUF.version"):
+            continue
+        if kind.startswith("array"):
+            w.add_array(key, [v.item() if hasattr(v, "item") else v for v in value[:max_array]])
+        elif kind in writers:
+            writers[kind](key, value)
+    small = [t for t in g.tensors.values() if t.type_name == "F32" and len(t.shape) == 1][:6]
+    for t in small:
+        w.add_tensor(t.name, np.array(g.dequantize(t.name)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest
