@@ -83,7 +83,8 @@ def snapshots(session: nox.Session) -> None:
     """Regenerate reference snapshots from the live references (after a model update)."""
     install(session, "references")
     fetch_models(session, tiny=True)
-    session.run("pytest", "tests/references", "--live-references", "--snapshot-update", *session.posargs)
+    session.run("pytest", "tests/references", "--live-references", "--snapshot-update", "--snapshot-warn-unused",
+                *session.posargs)
 
 
 @nox.session

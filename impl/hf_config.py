@@ -7,6 +7,7 @@ are what a transformers user would run with.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from impl.protocol import ModelRef
@@ -31,7 +32,13 @@ def metadata_from_transformers(model: ModelRef) -> dict[str, Any]:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     parsed = load_gguf_checkpoint(str(model.gguf), return_tensors=False)
-    raw = parsed["config"]
+    raw = dict(parsed["config"])
+    with open(model.gguf, "rb") as f:
+        n_tensors = struct.unpack("<Q", f.read(16)[8:16])[0]
+    if n_tensors == 0:
+        # transformers infers tied embeddings from the absence of output.weight; a
+        # vocab-only file has no tensors at all, so that inference says nothing.
+        raw.pop("tie_word_embeddings", None)
     hparams: dict[str, Any] = {}
     for key, name in CONFIG_KEYS.items():
         if key in raw:

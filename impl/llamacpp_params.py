@@ -38,6 +38,10 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
             "n_head_kv": C.llama_model_n_head_kv(m),
             "n_ctx": C.llama_model_n_ctx_train(m),
         }
+        # Not exposed through the C API; llama.cpp's own metadata parser supplies the
+        # key it reads (n_embd_head_k = key_length, else n_embd / n_head).
+        key_length = llm.metadata.get(f"{llm.metadata.get('general.architecture')}.attention.key_length")
+        hparams["head_dim"] = int(key_length) if key_length else hparams["n_embd"] // hparams["n_head"]
     arch = llm.metadata.get("general.architecture")
     return {
         "architecture": arch,

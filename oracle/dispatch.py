@@ -62,7 +62,7 @@ class ModelSpec:
     def as_dict(self) -> dict[str, Any]:
         return {
             "architecture": self.architecture,
-            "hparams": asdict(self.hparams) if self.hparams else None,
+            "hparams": asdict(self.hparams) if self.hparams else {"n_vocab": self.tokenizer["n_tokens"]},
             "special": asdict(self.special),
             "tokenizer": self.tokenizer,
         }

@@ -1,0 +1,52 @@
+"""Mutation evidence for the metadata gate: each planted dispatch defect makes the gate
+(the very test function ``nox -s parity`` runs) fail on the real 0.5B model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import oracle.dispatch as dispatch_mod
+from impl.oracle import OracleEngine
+from specgate.plugin import get_model, snapshot_cases
+from tests.gates import test_metadata as gate
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+def _hparams_replace(**changes):
+    real = dispatch_mod._hparams
+
+    def mutated(gguf, arch, n_vocab):
+        return dataclasses.replace(real(gguf, arch, n_vocab), **changes)
+
+    return mutated
+
+
+def _no_im_start(real=dispatch_mod._special):
+    def mutated(gguf, tokens):
+        return dataclasses.replace(real(gguf, tokens), im_start=None)
+
+    return mutated
+
+
+MUTATIONS = {
+    "rope base defaulted to 10000": ("_hparams", _hparams_replace(rope_base=10000.0), "hparams.rope_base"),
+    "kv heads read as query heads": ("_hparams", _hparams_replace(n_head_kv=14), "hparams.n_head_kv"),
+    "tied embeddings inverted": ("_hparams", _hparams_replace(tied_embeddings=True), "hparams.tied_embeddings"),
+    "<|im_start|> not looked up": ("_special", _no_im_start(), "special.im_start"),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(MUTATIONS))
+def test_metadata_gate_catches(monkeypatch, mutation):
+    attr, broken, field = MUTATIONS[mutation]
+    model = get_model(MODEL)
+    snapshot_cases(model, "metadata")  # the snapshot must exist for the gate to judge
+    monkeypatch.setattr(dispatch_mod, attr, broken)
+    gate._engine_answers.clear()
+    engine = OracleEngine()
+    with pytest.raises(AssertionError, match=rf"\[metadata\] model {MODEL}, field {field}"):
+        gate.test_metadata(engine, model, MODEL, field)
+    gate._engine_answers.clear()
