@@ -7,6 +7,7 @@ shared by every test that needs them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from impl.protocol import Engine, ModelRef
@@ -40,9 +41,60 @@ class HFEngine(Engine):
         return self._memo("metadata", model, lambda: metadata_from_transformers(model))
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
+    def _tokenizer(self, model: ModelRef) -> Any:
+        from impl import hf_tokenizer
+
+        loaded = self._memo("tokenizer", model, lambda: hf_tokenizer.load_or_refusal(model))
+        return hf_tokenizer.unwrap(loaded)
+
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
+        from impl import hf_tokenizer
+
+        return hf_tokenizer.encode(self._tokenizer(model), text, parse_special)
+
+    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
+        from impl import hf_tokenizer
+
+        return hf_tokenizer.decode(self._tokenizer(model), ids)
 
     # --- render stage -----------------------------------------------------------
+    def render(
+        self,
+        model: ModelRef,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        from impl import hf_render
+
+        tok = self._memo("chat_tokenizer", model, lambda: hf_render.load(model))
+        return hf_render.render(tok, messages, add_generation_prompt, **kwargs)
+
+    def render_template(self, template: str, context: dict[str, Any]) -> str:
+        from impl import hf_render
+
+        return hf_render.render_template(template, context)
 
     # --- forward stage (logits) ---------------------------------------------------
+    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+        """transformers float32 logits on the GGUF's dequantized weights (model loaded once)."""
+        from impl import hf_forward
+
+        load = hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        return hf_forward.logits(self._memo("forward", model, lambda: load(model.gguf)), ids)
+
+    def release_forward(self, model: ModelRef) -> None:
+        """Drop ``model``'s transformers weights (a session walking many models needs this)."""
+        self._cache.pop(("forward", str(model.gguf)), None)
 
     # --- sampler stage (sample / generate) ------------------------------------------
+    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        """Greedy only: transformers ``generate(do_sample=False)`` on the GGUF's f32 weights."""
+        from impl import hf_generate
+
+        from impl import hf_forward
+
+        # the very model the forward stage loads (same memo: one load per session)
+        load = hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        lm = self._memo("forward", model, lambda: load(model.gguf))
+        return hf_generate.generate(lm, self._tokenizer(model), lambda t: self.decode(model, t), ids, params)

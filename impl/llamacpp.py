@@ -8,6 +8,7 @@ tokenizer stages (fast), full weights for logits/generation.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from impl.protocol import Engine, ModelRef
@@ -40,14 +41,29 @@ class LlamaCppEngine(Engine):
         if key not in self._models:
             import llama_cpp
 
-            self._models[key] = llama_cpp.Llama(
-                model_path=str(model.gguf),
-                vocab_only=vocab_only,
-                n_ctx=512 if vocab_only else 4096,
-                n_threads=N_THREADS,
-                logits_all=not vocab_only,
-                verbose=False,
-            )
+            # No weight repacking into "extra" buffer types: on CPUs advertising AMX
+            # where the kernel does not grant tile state, ggml's AMX matmul dies with
+            # SIGILL (tilezero). The plain CPU kernels are llama.cpp's reference path.
+            lib = llama_cpp.llama_cpp  # the module Llama takes its default params from
+            default_params = lib.llama_model_default_params
+
+            def model_params() -> Any:
+                params = default_params()
+                params.use_extra_bufts = False
+                return params
+
+            lib.llama_model_default_params = model_params
+            try:
+                self._models[key] = llama_cpp.Llama(
+                    model_path=str(model.gguf),
+                    vocab_only=vocab_only,
+                    n_ctx=512 if vocab_only else 4096,
+                    n_threads=N_THREADS,
+                    logits_all=not vocab_only,
+                    verbose=False,
+                )
+            finally:
+                lib.llama_model_default_params = default_params
         return self._models[key]
 
     # --- metadata stage -------------------------------------------------------
@@ -57,9 +73,53 @@ class LlamaCppEngine(Engine):
         return metadata_from_llamacpp(self, model)
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
+        from impl import llamacpp_tokenizer
+
+        return llamacpp_tokenizer.encode(self.llama(model, vocab_only=True), text, parse_special)
+
+    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
+        from impl import llamacpp_tokenizer
+
+        return llamacpp_tokenizer.decode(self.llama(model, vocab_only=True), ids)
 
     # --- render stage -----------------------------------------------------------
+    def render(
+        self,
+        model: ModelRef,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        """``llama_chat_apply_template`` with the model's template (not Jinja: kwargs,
+        tools and reasoning fields cannot be expressed and are not passed)."""
+        from impl import llamacpp_render
+
+        template = llamacpp_render.model_template(self.llama(model, vocab_only=True))
+        return llamacpp_render.apply_template(template, messages, add_generation_prompt)
 
     # --- forward stage (logits) ---------------------------------------------------
+    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+        """llama.cpp's logits for every position of ``ids`` on the same GGUF."""
+        from impl import llamacpp_forward
+
+        return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
+
+    def release_forward(self, model: ModelRef) -> None:
+        """Close ``model``'s full-weights context: its logits buffer holds n_ctx × n_vocab floats."""
+        llm = self._models.pop((str(model.gguf), False), None)
+        if llm is not None:
+            llm.close()
 
     # --- sampler stage (sample / generate) ------------------------------------------
+    def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
+        """llama.cpp's own samplers in the chain's order (no draw: its RNG is its own)."""
+        from impl.llamacpp_sampler import run_chain
+
+        return run_chain(logits, params, documented=False)
+
+    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        """Greedy only: llama.cpp's logits, argmax, its own end-of-generation ids."""
+        from impl import llamacpp_generate
+
+        return llamacpp_generate.generate(self.llama(model, vocab_only=False), ids, params)

@@ -10,9 +10,14 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from specgate import models as model_cache
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -20,10 +25,14 @@ def _models(args: argparse.Namespace) -> int:
     if args.action == "fetch":
         from specgate.fetch import fetch
 
-        for model_id in args.ids or list(manifest):
-            if model_id not in manifest:
-                raise model_cache.ModelError(f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}")
-            fetch(manifest[model_id])
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed fetch cleans up like Ctrl-C
+        try:
+            for model_id in args.ids or list(manifest):
+                if model_id not in manifest:
+                    raise model_cache.ModelError(f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}")
+                fetch(manifest[model_id])
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         return 0
     if args.action == "tiny":
         from specgate.tiny import generate_all
@@ -31,10 +40,12 @@ def _models(args: argparse.Namespace) -> int:
         generate_all()
         return 0
     if args.action == "list":
-        cached = set(model_cache.cached_models(manifest))
+        from specgate.fetch import is_cached
+
         for model_id, entry in manifest.items():
-            state = "cached" if model_id in cached else "missing"
-            print(f"{model_id:<40} {entry.architecture:<8} {entry.role:<16} {state}")
+            gguf = model_cache.model_dir(model_id) / entry.file
+            state = "cached" if is_cached(entry) else "stale" if gguf.exists() else "missing"
+            print(f"{model_id:<40} {entry.architecture:<8} {entry.role:<16} {state:<8} {gguf}")
         return 0
     if args.action == "path":
         for model_id in args.ids:

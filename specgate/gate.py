@@ -40,7 +40,8 @@ def call(engine: Engine, capability: str, *args: Any, method: str | None = None,
     """Invoke one stage of the engine under test (``method`` defaults to the
     capability's name; ``render_template`` belongs to the ``render`` capability).
 
-    A capability the engine does not declare is ``n/a``. Any exception other than
+    A capability the engine does not declare, or an input it refuses with
+    ``Unsupported`` (e.g. a vocabulary it cannot load), is ``n/a``. Any exception other than
     an assertion becomes ``EngineError`` (outcome ``error``) naming the stage, so a
     crashing engine never aborts the run.
     """
@@ -48,7 +49,9 @@ def call(engine: Engine, capability: str, *args: Any, method: str | None = None,
         not_applicable(f"{engine.name} does not offer {capability!r}")
     try:
         return getattr(engine, method or capability)(*args, **kwargs)
-    except (EngineError, Unsupported):
+    except Unsupported as exc:  # a stated refusal of this model/input: not offered here
+        not_applicable(f"{engine.name} does not support this {capability} input: {exc}")
+    except EngineError:
         raise
     except Exception as exc:  # the engine's own bug, surfaced as an error outcome
         raise EngineError(f"{engine.name}.{capability} raised {type(exc).__name__}: {exc}") from exc

@@ -130,6 +130,8 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
             tiktoken=next(iter(sorted(folder.glob("*.tiktoken"))), None),
             extra={"architecture": entry.architecture, **entry.extra},
         )
+    if (ref := _tiny_ref(spec)) is not None:
+        return ref
     path = Path(spec).expanduser()
     if path.suffix == ".gguf" or path.exists():
         if not path.is_file():
@@ -138,7 +140,30 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
     raise ModelError(f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf")
 
 
+def _tiny_ref(spec: str) -> ModelRef | None:
+    """The generated tiny model ``spec`` (``tiny-<family>-<type>``, see specgate.tiny), or None."""
+    from specgate import tiny
+
+    parsed = tiny.parse_id(spec)
+    if parsed is None:
+        return None
+    gguf = tiny.gguf_path(spec)
+    if not gguf.exists():
+        raise ModelError(f"tiny model {spec!r} is not generated ({gguf}); run: specgate models tiny")
+    sidecar = gguf.with_name(gguf.name + ".sha256")
+    digest = sidecar.read_text().strip() if sidecar.exists() else _file_sha256_cached(gguf)
+    extra = {"architecture": tiny.FAMILIES[parsed[0]].arch, "tiny": True}
+    return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra)
+
+
 def cached_models(manifest: dict[str, ModelEntry] | None = None) -> list[str]:
     """Manifest ids whose GGUF is present in the cache, in manifest order."""
     manifest = load_manifest() if manifest is None else manifest
     return [m for m, e in manifest.items() if (model_dir(m) / e.file).exists()]
+
+
+def cached_tiny_models() -> list[str]:
+    """The generated tiny models present in the cache (``specgate models tiny``)."""
+    from specgate import tiny
+
+    return [m for m in tiny.model_ids() if tiny.gguf_path(m).exists()]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from impl.protocol import Engine, EngineError, ModelRef
+from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, resolve
 from specgate import models as model_cache
 from specgate.gate import DISAGREE_TAG, NA_TAG
@@ -38,6 +38,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
     config.stash[RESULTS] = GateResults(impl=config.getoption("--impl"))
+    # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
+    extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
+    config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
 
 
 # ---------------------------------------------------------------------------
@@ -45,9 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def selected_models(config: pytest.Config) -> list[str]:
-    chosen = list(config.getoption("--model"))
-    chosen += [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
-    return list(dict.fromkeys(chosen)) if chosen else model_cache.cached_models()
+    chosen = list(config.getoption("--model"))  # includes --models (see pytest_configure)
+    return chosen if chosen else model_cache.cached_models()
 
 
 def selected_stages(config: pytest.Config) -> set[str] | None:
@@ -71,9 +73,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests taking ``model_id`` (but not a snapshot ``case_id``) run once per selected model."""
     names = set(metafunc.fixturenames)
-    if "model_id" in names and "case_id" not in names:
-        if not any("model_id" in m.args[0] for m in metafunc.definition.iter_markers("parametrize")):
-            metafunc.parametrize("model_id", selected_models(metafunc.config))
+    if (
+        "model_id" in names
+        and "case_id" not in names
+        and not any("model_id" in m.args[0] for m in metafunc.definition.iter_markers("parametrize"))
+    ):
+        metafunc.parametrize("model_id", selected_models(metafunc.config))
 
 
 _refs: dict[str, ModelRef] = {}
@@ -177,7 +182,7 @@ def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None) -> tu
         return "n/a", reason.removeprefix(NA_TAG).strip()
     if call is not None and call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", str(call.excinfo.value)
-    if call is not None and call.excinfo is not None and call.excinfo.errisinstance(AssertionError):
+    if call is not None and call.excinfo is not None and call.excinfo.errisinstance((AssertionError, Unsupported)):
         # The gate's own message (model, case, stage, first divergence), without the traceback.
         return "fail", str(call.excinfo.value)
     return "fail", report.longreprtext
@@ -193,7 +198,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     # Setup failures count too; record once per test (the call phase, or a failed/skipped setup).
     if report.when == "call" or (report.when == "setup" and not report.passed):
         params = getattr(item, "callspec", None)
-        model_id = str(params.params.get("model_id", "-")) if params else "-"
+        model_id = params.params.get("model_id", "-") if params else "-"
+        if not isinstance(model_id, str):
+            return  # an empty parameter set (no model has this stage's snapshot): nothing was gated
         verdict, message = classify(report, call)
         metrics = dict(p for p in item.user_properties if isinstance(p, tuple) and p[0].startswith("metric:"))
         item.config.stash[RESULTS].records.append(

@@ -38,7 +38,9 @@ def metrics_summary(records: list[Any]) -> dict[tuple[str, str], dict[str, Any]]
 def matrix_text(records: list[Any]) -> str:
     table = tally(records)
     mets = metrics_summary(records)
-    head = f"{'stage':<10} {'model':<36} " + " ".join(f"{o:>8}" for o in ("pass", "fail", "n/a", "disagree", "error"))
+    head = f"{'stage':<10} {'model':<36} " + " ".join(
+        f"{o:>8}" for o in ("pass", "fail", "n/a", "disagree", "error")
+    )
     lines = [head, "-" * len(head)]
     for (stage, model), counts in table.items():
         row = f"{stage:<10} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
@@ -65,8 +67,12 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     json_path = stem.with_suffix(".json")
     json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
 
-    md = [f"# specgate parity report — `{results.impl}`", "", "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
-          "|---|---|" + "---:|" * len(OUTCOMES) + "---|"]
+    md = [
+        f"# specgate parity report — `{results.impl}`",
+        "",
+        "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
+        "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
+    ]
     for (s, m), c in table.items():
         metric = ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets.get((s, m), {}).items()))
         md.append(f"| {s} | {m} | " + " | ".join(str(c.get(o, 0)) for o in OUTCOMES) + f" | {metric} |")
@@ -74,7 +80,75 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     if problems:
         md += ["", "## Findings", ""]
         for r in problems:
-            md += [f"### {r.outcome}: {r.stage} · {r.model} · `{r.nodeid}`", "", "```", r.message.strip()[:4000], "```", ""]
+            md += [
+                f"### {r.outcome}: {r.stage} · {r.model} · `{r.nodeid}`",
+                "",
+                "```",
+                r.message.strip()[:4000],
+                "```",
+                "",
+            ]
+    png_path = write_heatmap(table, stem.with_suffix(".png"), results.impl)
+    if png_path is not None:
+        md[2:2] = [f"![parity matrix]({png_path.name})", ""]
     md_path = stem.with_suffix(".md")
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
-    return [md_path, json_path]
+    return [md_path, json_path, *([png_path] if png_path is not None else [])]
+
+
+# Outcome colours: the hue says which outcome, the saturation what share of the row's cases.
+_COLOURS = {
+    "pass": (0.13, 0.55, 0.13),
+    "fail": (0.80, 0.10, 0.10),
+    "n/a": (0.45, 0.45, 0.45),
+    "reference-disagreement": (0.85, 0.60, 0.00),
+    "error": (0.50, 0.10, 0.60),
+}
+
+
+def write_heatmap(table: dict[tuple[str, str], Counter], path: Path, impl: str) -> Path | None:
+    """The matrix as a PNG (rows stage × model, columns outcomes, cells the counts),
+    for a CI summary page. Needs the ``report`` extra (matplotlib); without it the
+    picture is skipped with a notice and the text reports are unaffected."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("specgate: matplotlib not installed (pip install 'specgate[report]'); skipping the PNG matrix")
+        return None
+    import numpy as np
+
+    rows = list(table)
+    counts = np.array([[table[r].get(o, 0) for o in OUTCOMES] for r in rows], dtype=float).reshape(
+        len(rows), len(OUTCOMES)
+    )
+    share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    rgb = np.ones((len(rows), len(OUTCOMES), 3))
+    for j, outcome in enumerate(OUTCOMES):
+        colour = np.array(_COLOURS[outcome])
+        alpha = np.where(counts[:, j] > 0, 0.25 + 0.75 * share[:, j], 0.0)[:, None]
+        rgb[:, j] = (1 - alpha) * 1.0 + alpha * colour
+    fig, ax = plt.subplots(figsize=(2.0 + 1.3 * len(OUTCOMES), 1.2 + 0.42 * max(len(rows), 1)))
+    ax.imshow(rgb, aspect="auto")
+    ax.set_xticks(range(len(OUTCOMES)), ["pass", "fail", "n/a", "disagree", "error"])
+    ax.set_yticks(range(len(rows)), [f"{stage} · {model}" for stage, model in rows])
+    ax.xaxis.tick_top()
+    for i in range(len(rows)):
+        for j in range(len(OUTCOMES)):
+            if counts[i, j]:
+                ax.text(
+                    j,
+                    i,
+                    f"{int(counts[i, j])}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if share[i, j] > 0.5 else "black",
+                )
+    ax.set_title(f"specgate parity — {impl}", fontsize=10, pad=24)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

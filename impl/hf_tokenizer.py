@@ -1,0 +1,60 @@
+"""Hugging Face tokenizers as an encode/decode reference.
+
+Where the model ships a ``tokenizer.json`` it is loaded as is
+(``tokenizers.Tokenizer.from_file``) — including its NFC normalizer, which the GGUF
+pipeline does not apply (a recorded reference disagreement, not a bug of either).
+Otherwise transformers builds the tokenizer from the GGUF itself
+(``AutoTokenizer.from_pretrained(dir, gguf_file=...)``, ~20 s for a 150k vocabulary;
+the adapter keeps it for the session).
+
+``parse_special=False`` sets ``encode_special_tokens``: tokens marked special are
+then encoded as text, while added tokens not marked special (``<tool_call>``,
+``<think>``) are still matched — the same split llama.cpp makes between control
+and user-defined tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from impl.protocol import ModelRef, Unsupported
+
+
+def load(model: ModelRef) -> Any:
+    """The ``tokenizers.Tokenizer`` for ``model``."""
+    from tokenizers import Tokenizer
+
+    if model.tokenizer_json is not None:
+        return Tokenizer.from_file(str(model.tokenizer_json))
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(model.gguf.parent), gguf_file=model.gguf.name)
+    except Exception as exc:  # transformers refuses GGUF architectures it cannot convert
+        raise Unsupported(f"transformers cannot build a tokenizer from {model.gguf.name}: {exc}") from exc
+    return tok.backend_tokenizer
+
+
+def load_or_refusal(model: ModelRef) -> Any:
+    """``load``, with a refusal kept as a value so a session asks transformers only once."""
+    try:
+        return load(model)
+    except Unsupported as exc:
+        return exc
+
+
+def unwrap(loaded: Any) -> Any:
+    if isinstance(loaded, Unsupported):
+        raise Unsupported(str(loaded))
+    return loaded
+
+
+def encode(tok: Any, text: str, parse_special: bool) -> list[int]:
+    tok.encode_special_tokens = not parse_special
+    return list(tok.encode(text, add_special_tokens=False).ids)
+
+
+def decode(tok: Any, ids: Sequence[int]) -> bytes:
+    """HF decodes to ``str``: bytes of an incomplete UTF-8 sequence come back as U+FFFD."""
+    return tok.decode(list(ids), skip_special_tokens=False).encode("utf-8")

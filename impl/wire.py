@@ -1,0 +1,189 @@
+"""The value encoding of the JSON-lines process protocol (PROTOCOL.md), shared by
+the client (``impl.cmd``) and the server (``impl.serve``).
+
+JSON has no byte strings, no float arrays and only string object keys, while the
+adapter protocol passes all three. One rule per kind keeps the wire text-only and
+lossless, so an engine in any language can speak it with its JSON library and a
+base64 codec:
+
+  bytes                      -> {"$bytes": "<base64>"}
+  numpy array (numeric)      -> {"$array": {"dtype": "float32", "shape": [..], "b64": "<base64, little-endian>"}}
+  dict with non-string keys  -> {"$dict": [[key, value], ...]}
+  tuple                      -> list
+
+Floats travel as JSON numbers (Python's shortest round-trip repr, so exact);
+non-finite floats use the literals ``NaN``, ``Infinity``, ``-Infinity``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from impl.protocol import ModelRef
+
+PROTOCOL = "specgate-jsonl/1"
+
+# op -> (capability it belongs to, argument names in request order)
+OPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "metadata": ("metadata", ("model",)),
+    "render": ("render", ("model", "messages", "add_generation_prompt", "kwargs")),
+    "render_template": ("render", ("template", "context")),
+    "split": ("split", ("model", "text")),
+    "encode": ("encode", ("model", "text", "parse_special")),
+    "decode": ("decode", ("model", "ids")),
+    "logits": ("logits", ("model", "ids")),
+    "sample": ("sample", ("logits", "params", "r")),
+    "generate": ("generate", ("model", "ids", "params")),
+}
+_DTYPES = ("float32", "float64", "float16", "int32", "int64", "uint8", "bool")
+
+
+class WireError(ValueError):
+    """A message that does not follow PROTOCOL.md."""
+
+
+def encode_value(value: Any) -> Any:
+    """A JSON-able form of ``value`` following the rules in the module docstring."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, np.ndarray):
+        if value.dtype.name not in _DTYPES:
+            raise WireError(f"cannot send an array of dtype {value.dtype}")
+        data = np.ascontiguousarray(value, dtype=value.dtype.newbyteorder("<"))
+        return {
+            "$array": {
+                "dtype": value.dtype.name,
+                "shape": list(value.shape),
+                "b64": base64.b64encode(data.tobytes()).decode("ascii"),
+            }
+        }
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: encode_value(v) for k, v in value.items()}
+        return {"$dict": [[encode_value(k), encode_value(v)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return [encode_value(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def decode_value(value: Any) -> Any:
+    """Inverse of ``encode_value``."""
+    if isinstance(value, list):
+        return [decode_value(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and "$bytes" in value:
+        try:
+            return base64.b64decode(value["$bytes"], validate=True)
+        except (ValueError, TypeError) as exc:
+            raise WireError(f"bad $bytes value: {exc}") from exc
+    if len(value) == 1 and "$array" in value:
+        spec = value["$array"]
+        try:
+            dtype = np.dtype(spec["dtype"]).newbyteorder("<")
+            if spec["dtype"] not in _DTYPES:
+                raise WireError(f"unsupported $array dtype {spec['dtype']!r}")
+            raw = base64.b64decode(spec["b64"], validate=True)
+            return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("=")).reshape(spec["shape"])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise WireError(f"bad $array value: {exc}") from exc
+    if len(value) == 1 and "$dict" in value:
+        try:
+            return {_hashable(decode_value(k)): decode_value(v) for k, v in value["$dict"]}
+        except (ValueError, TypeError) as exc:
+            raise WireError(f"bad $dict value: {exc}") from exc
+    return {k: decode_value(v) for k, v in value.items()}
+
+
+def top_k_logits(logits: np.ndarray, k: int) -> dict[str, Any]:
+    """The compact ``logits`` answer: per position the ``k`` highest logits (by
+    descending value), their ids, and the log-sum-exp over the whole vocabulary.
+
+    A full ``[n, n_vocab]`` float32 array for a 512-token prompt is 300 MB; this is
+    ~1 MB and keeps what the gates use: exact logits (hence exact log-probs, since
+    log p = logit - lse) of every candidate that matters."""
+    x = np.asarray(logits, dtype=np.float32)
+    k = min(k, x.shape[1])
+    top = np.argpartition(-x, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(x, top, axis=1), axis=1, kind="stable")
+    ids = np.take_along_axis(top, order, axis=1).astype(np.int32)
+    x64 = x.astype(np.float64)
+    peak = x64.max(axis=1, keepdims=True)
+    lse = (peak + np.log(np.exp(x64 - peak).sum(axis=1, keepdims=True)))[:, 0]
+    return {"n_vocab": int(x.shape[1]), "ids": ids, "logits": np.take_along_axis(x, ids, axis=1), "lse": lse}
+
+
+def expand_top_k(answer: dict[str, Any]) -> np.ndarray:
+    """A ``[n, n_vocab]`` float32 array from a ``top_k`` answer: the top-k logits
+    exactly; every other id gets the same value, chosen so that the row's
+    log-sum-exp equals the engine's. Softmax, top-1 and the log-probs of the top-k
+    are therefore the engine's own; the tail is its mass spread evenly."""
+    try:
+        n_vocab, ids = int(answer["n_vocab"]), np.asarray(answer["ids"], dtype=np.int64)
+        values, lse = (
+            np.asarray(answer["logits"], dtype=np.float64),
+            np.asarray(answer["lse"], dtype=np.float64),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"bad top_k logits answer: {exc}") from exc
+    if ids.ndim != 2 or values.shape != ids.shape or lse.shape != (ids.shape[0],):
+        raise WireError(
+            f"bad top_k logits answer: shapes ids {ids.shape}, logits {values.shape}, lse {lse.shape}"
+        )
+    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+        raise WireError(f"top_k ids outside the vocabulary of {n_vocab}")
+    k = ids.shape[1]
+    top_mass = np.exp(values - lse[:, None]).sum(axis=1)
+    rest = np.maximum(1.0 - top_mass, 1e-30) / max(n_vocab - k, 1)
+    out = np.repeat((lse + np.log(rest))[:, None], n_vocab, axis=1)
+    np.put_along_axis(out, ids, values, axis=1)
+    return out.astype(np.float32)
+
+
+def _hashable(key: Any) -> Any:
+    return tuple(key) if isinstance(key, list) else key
+
+
+def model_to_wire(model: ModelRef) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": model.id,
+        "gguf": str(model.gguf),
+        "sha256": model.sha256,
+        "role": model.role,
+    }
+    for name in ("tokenizer_json", "tokenizer_config", "tiktoken"):
+        if getattr(model, name) is not None:
+            out[name] = str(getattr(model, name))
+    return out
+
+
+def model_from_wire(data: Any) -> ModelRef:
+    if not isinstance(data, dict) or not {"id", "gguf", "sha256"} <= set(data):
+        raise WireError(f"a model must be an object with id, gguf and sha256; got {str(data)[:200]}")
+
+    def path(name: str) -> Path | None:
+        return Path(data[name]) if data.get(name) else None
+
+    return ModelRef(
+        id=data["id"],
+        gguf=Path(data["gguf"]),
+        sha256=data["sha256"],
+        role=data.get("role", "user"),
+        tokenizer_json=path("tokenizer_json"),
+        tokenizer_config=path("tokenizer_config"),
+        tiktoken=path("tiktoken"),
+    )
+
+
+def dumps(message: dict[str, Any]) -> str:
+    """One protocol line (no newline inside: JSON escapes control characters)."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))

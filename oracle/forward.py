@@ -1,0 +1,207 @@
+"""The Qwen2 / Qwen3 forward pass: token ids in, next-token logits out.
+
+For each new token (a whole prompt at once in ``prefill``, one token in ``step``):
+
+    x = token_embd[id]
+    for each layer:
+        h  = rms_norm(x) * attn_norm
+        q, k, v = h Wqᵀ (+ bq), h Wkᵀ (+ bk), h Wvᵀ (+ bv)      biases: qwen2 only
+        q, k = rms_norm(q) * q_norm, rms_norm(k) * k_norm      per head: qwen3 only
+        q, k = rope(q, pos), rope(k, pos)                       NeoX pairing (oracle.rope)
+        x  = x + attention(q, cached k, cached v) Woᵀ           causal GQA (oracle.attention)
+        h  = rms_norm(x) * ffn_norm
+        x  = x + (silu(h Wgᵀ) * (h Wuᵀ)) Wdᵀ                    SwiGLU
+    logits = (rms_norm(x) * output_norm) Wₒᵀ                   Wₒ = token_embd when tied
+
+Weights are read from the GGUF and dequantized lazily (``oracle.weights``);
+hyper-parameters come from ``oracle.dispatch``. Everything is float32 numpy:
+matrix products go to BLAS, and a prompt is processed as one [T, n_embd] block —
+there is no Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from oracle import attention, rope
+from oracle.dispatch import Hparams, UnsupportedModel, dispatch
+from oracle.gguf import GGUFFile, open_gguf
+from oracle.kv_cache import ContextOverflow, KVCache
+from oracle.weights import DEFAULT_BUDGET_BYTES, Weights, check_types
+
+__all__ = ["ContextOverflow", "Model"]
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """Scale ``x`` to unit root-mean-square over its last axis, then by ``weight``."""
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + np.float32(eps)) * weight
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """x * sigmoid(x), with sigmoid written via tanh so that exp never overflows."""
+    return x * (np.float32(0.5) * (np.float32(1.0) + np.tanh(np.float32(0.5) * x)))
+
+
+def tensor_names(architecture: str, n_layer: int, tied: bool) -> list[str]:
+    """Every tensor the forward pass reads, by GGUF name."""
+    per_layer = [
+        "attn_norm.weight",
+        "attn_q.weight",
+        "attn_k.weight",
+        "attn_v.weight",
+        "attn_output.weight",
+        "ffn_norm.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+    ]
+    if architecture == "qwen2":
+        per_layer += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
+    if architecture == "qwen3":
+        per_layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
+    names = ["token_embd.weight", "output_norm.weight"] + ([] if tied else ["output.weight"])
+    return names + [f"blk.{i}.{p}" for i in range(n_layer) for p in per_layer]
+
+
+def expected_shapes(hp: Hparams) -> dict[str, tuple[int, ...]]:
+    """Numpy shapes of the tensors, from the hyper-parameters (checked at load)."""
+    q_dim, kv_dim = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    return {
+        "token_embd.weight": (hp.n_vocab, hp.n_embd), "output.weight": (hp.n_vocab, hp.n_embd),
+        "output_norm.weight": (hp.n_embd,), "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
+        "attn_q.weight": (q_dim, hp.n_embd), "attn_k.weight": (kv_dim, hp.n_embd),
+        "attn_v.weight": (kv_dim, hp.n_embd), "attn_output.weight": (hp.n_embd, q_dim),
+        "attn_q.bias": (q_dim,), "attn_k.bias": (kv_dim,), "attn_v.bias": (kv_dim,),
+        "attn_q_norm.weight": (hp.head_dim,), "attn_k_norm.weight": (hp.head_dim,),
+        "ffn_gate.weight": (hp.n_ff, hp.n_embd), "ffn_up.weight": (hp.n_ff, hp.n_embd),
+        "ffn_down.weight": (hp.n_embd, hp.n_ff),
+    }  # fmt: skip
+
+
+class Model:
+    """A Qwen2/Qwen3 model with a KV cache.
+
+    ``prefill(ids)`` appends a block of tokens after the ``n_past`` already
+    processed and returns logits for each of them; ``step(id)`` does the same for
+    one token. ``reset()`` empties the cache (a new, unrelated sequence).
+    """
+
+    def __init__(
+        self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES, n_ctx: int | None = None
+    ) -> None:
+        spec = dispatch(gguf)
+        if spec.hparams is None or not gguf.tensors:
+            raise UnsupportedModel(f"{gguf.path}: a vocab-only GGUF has no weights to run")
+        hp = self.hparams = spec.hparams
+        self.architecture = spec.architecture
+        if hp.head_dim % 2:
+            raise UnsupportedModel(f"{gguf.path}: RoPE needs an even head_dim, got {hp.head_dim}")
+        names = tensor_names(self.architecture, hp.n_layer, bool(hp.tied_embeddings))
+        missing = [n for n in names if n not in gguf.tensors]
+        if missing:
+            raise UnsupportedModel(
+                f"{gguf.path}: {self.architecture} model lacks tensors {', '.join(missing[:5])}"
+            )
+        shapes = expected_shapes(hp)
+        for name in names:
+            want, got = (
+                shapes[name.split(".", 2)[-1] if name.startswith("blk.") else name],
+                gguf.tensors[name].shape,
+            )
+            if want != got:
+                raise UnsupportedModel(
+                    f"{gguf.path}: tensor {name} has shape {got}, hyper-parameters imply {want}"
+                )
+        check_types(gguf, names)
+        self.weights = Weights(gguf, budget_bytes)
+        self.output_name = "token_embd.weight" if hp.tied_embeddings else "output.weight"
+        self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
+        self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, self.n_ctx)
+
+    @classmethod
+    def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: int | None) -> Model:
+        gguf = gguf_file if isinstance(gguf_file, GGUFFile) else open_gguf(gguf_file)
+        return cls(gguf, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def n_past(self) -> int:
+        return self.cache.n_past
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab]."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ValueError("prefill needs at least one token id")
+        bad = ids[(ids < 0) | (ids >= self.hparams.n_vocab)]
+        if bad.size:
+            raise ValueError(
+                f"token id {int(bad[0])} is outside the vocabulary (0..{self.hparams.n_vocab - 1})"
+            )
+        self.cache.check_room(ids.size)
+        return self._forward(ids)
+
+    def step(self, token_id: int) -> np.ndarray:
+        """Process one token after the cached ones; float32 logits [n_vocab]."""
+        return self.prefill([token_id])[0]
+
+    # -- the network -------------------------------------------------------------
+
+    def _forward(self, ids: np.ndarray) -> np.ndarray:
+        hp, w = self.hparams, self.weights
+        positions = np.arange(self.n_past, self.n_past + ids.size)
+        cos, sin = rope.rope_angles(positions, hp.head_dim, hp.rope_base)
+        x = w.rows("token_embd.weight", ids)
+        for i in range(hp.n_layer):
+            x = x + self._attention_block(i, x, positions, cos, sin)
+            x = x + self._ffn_block(i, x)
+        self.cache.advance(ids.size)
+        x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
+        return w.matmul(x, self.output_name)
+
+    def _linear(self, x: np.ndarray, layer: int, name: str) -> np.ndarray:
+        """x Wᵀ + b for ``blk.<layer>.<name>.weight`` (and its ``.bias`` when the architecture has one)."""
+        prefix = f"blk.{layer}.{name}"
+        y = self.weights.matmul(x, prefix + ".weight")
+        if prefix + ".bias" in self.weights:
+            y = y + self.weights.get(prefix + ".bias")
+        return y
+
+    def _heads(self, y: np.ndarray, n_heads: int) -> np.ndarray:
+        """[T, n_heads * head_dim] -> [n_heads, T, head_dim]."""
+        return y.reshape(y.shape[0], n_heads, self.hparams.head_dim).transpose(1, 0, 2)
+
+    def _qk_norm(self, layer: int, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Qwen3 normalizes every query and key head (over head_dim) before RoPE."""
+        if self.architecture != "qwen3":
+            return q, k
+        w, eps = self.weights, self.hparams.rms_eps
+        return (rms_norm(q, w.get(f"blk.{layer}.attn_q_norm.weight"), eps),
+                rms_norm(k, w.get(f"blk.{layer}.attn_k_norm.weight"), eps))  # fmt: skip
+
+    def _attention_block(
+        self, i: int, x: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray
+    ) -> np.ndarray:
+        hp = self.hparams
+        h = rms_norm(x, self.weights.get(f"blk.{i}.attn_norm.weight"), hp.rms_eps)
+        q = self._heads(self._linear(h, i, "attn_q"), hp.n_head)
+        k = self._heads(self._linear(h, i, "attn_k"), hp.n_head_kv)
+        v = self._heads(self._linear(h, i, "attn_v"), hp.n_head_kv)
+        q, k = self._qk_norm(i, q, k)
+        q, k = rope.apply_rope(q, cos, sin), rope.apply_rope(k, cos, sin)
+        keys, values = self.cache.append(i, k, v)
+        out = attention.attention(q, keys, values, positions)  # [n_head, T, head_dim]
+        out = out.transpose(1, 0, 2).reshape(x.shape[0], hp.n_head * hp.head_dim)
+        return self.weights.matmul(out, f"blk.{i}.attn_output.weight")
+
+    def _ffn_block(self, i: int, x: np.ndarray) -> np.ndarray:
+        w = self.weights
+        h = rms_norm(x, w.get(f"blk.{i}.ffn_norm.weight"), self.hparams.rms_eps)
+        gate, up = w.matmul(h, f"blk.{i}.ffn_gate.weight"), w.matmul(h, f"blk.{i}.ffn_up.weight")
+        return w.matmul(silu(gate) * up, f"blk.{i}.ffn_down.weight")

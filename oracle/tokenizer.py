@@ -1,0 +1,171 @@
+"""The tokenizer, built from GGUF metadata alone: text <-> token ids.
+
+Encode runs three stages, in this order::
+
+    special-token scan  ->  pre-tokenizer rule (tokenizer.ggml.pre)  ->  byte-level BPE
+
+and decode maps ids back to the bytes they stand for. Everything comes from the
+GGUF: ``tokenizer.ggml.tokens`` (id -> stand-in string), ``.merges`` (rank order),
+``.token_type`` (3 = control, 4 = user-defined), ``.pre``, ``.model``.
+
+The load refuses what it cannot reproduce exactly — a tokenizer model other than
+``gpt2``, an unknown or missing pre-tokenizer rule, an empty merge list, a
+vocabulary missing any of the 256 byte tokens — with a message naming the value.
+
+Semantics gated by specgate (those of the GGUF pipeline, i.e. llama.cpp):
+
+* no Unicode normalization (HF's tokenizer.json applies NFC; a GGUF does not);
+* ``parse_special`` is explicit. With it, every control and user-defined token is
+  matched in the text; without it, control tokens are plain text but user-defined
+  tokens (``<tool_call>``, ``<think>``) are still matched, as llama.cpp does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from oracle import bpe
+from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
+from oracle.gguf import GGUFFile, open_gguf
+from oracle.pretokenize import RULES, Rule, split
+from oracle.special import SpecialScanner
+from oracle.utf8 import complete_utf8_prefix_len
+
+CONTROL, USER_DEFINED = 3, 4
+CHATML_FALLBACKS = ("<|im_start|>", "<|im_end|>")
+CACHE_LIMIT = 1 << 17  # pieces remembered; cleared when full, enough for ~1 MB of mixed text
+
+__all__ = ["Tokenizer", "TokenizerError", "Utf8Stream", "complete_utf8_prefix_len"]
+
+
+class TokenizerError(ValueError):
+    """The GGUF's tokenizer cannot be reproduced exactly; the message says why."""
+
+
+class Tokenizer:
+    def __init__(
+        self,
+        tokens: Sequence[str],
+        merges: Sequence[str],
+        rule: Rule,
+        control: dict[str, int],
+        user_defined: dict[str, int],
+    ) -> None:
+        self.tokens = list(tokens)
+        self.vocab = {tok: i for i, tok in enumerate(self.tokens)}
+        self.ranks = {tuple(m.split(" ", 1)): rank for rank, m in enumerate(merges)}
+        self.rule = rule
+        self.always = SpecialScanner(user_defined)
+        self.parsed = SpecialScanner({**control, **user_defined})
+        self.cache: dict[str, list[int]] = {}
+
+    @classmethod
+    def from_gguf(cls, source: str | Path | GGUFFile) -> Tokenizer:
+        gguf = source if isinstance(source, GGUFFile) else open_gguf(source, header_only=True)
+        where = str(getattr(gguf, "path", source))
+
+        model = gguf.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.model is {model!r}; supported: 'gpt2' (byte-level BPE)"
+            )
+        pre = gguf.get("tokenizer.ggml.pre")
+        if pre not in RULES:
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.pre is {pre!r}; supported pre-tokenizer rules: {', '.join(sorted(RULES))}"
+            )
+        tokens = gguf.get("tokenizer.ggml.tokens")
+        if not tokens:
+            raise TokenizerError(f"{where}: tokenizer.ggml.tokens is missing or empty")
+        merges = gguf.get("tokenizer.ggml.merges")
+        if merges is None or len(merges) == 0:
+            raise TokenizerError(
+                f"{where}: tokenizer.ggml.merges is missing or empty; BPE needs its merge list"
+            )
+        vocab = set(tokens)
+        missing = [b for b, ch in BYTE_TO_CHAR.items() if ch not in vocab]
+        if missing:
+            raise TokenizerError(
+                f"{where}: the vocabulary lacks {len(missing)} of the 256 byte tokens "
+                f"(first: byte 0x{missing[0]:02x} = {BYTE_TO_CHAR[missing[0]]!r}); byte fallback would be impossible"
+            )
+
+        types = gguf.get("tokenizer.ggml.token_type")
+        types = [1] * len(tokens) if types is None else [int(t) for t in types]
+        control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
+        user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
+        # Some converters mark the ChatML markers and eos as normal tokens; they are
+        # still protocol markers. Real metadata wins: only add what is not typed yet.
+        eos = gguf.get("tokenizer.ggml.eos_token_id")
+        fallbacks = [
+            *CHATML_FALLBACKS,
+            tokens[int(eos)] if eos is not None and 0 <= int(eos) < len(tokens) else None,
+        ]
+        index = {tok: i for i, tok in enumerate(tokens)}
+        for text in fallbacks:
+            if text in index and text not in control and text not in user_defined:
+                control[text] = index[text]
+        return cls(tokens, merges, RULES[pre], control, user_defined)
+
+    # --- encode -----------------------------------------------------------------
+
+    def split(self, text: str) -> list[str]:
+        """Pre-tokenizer pieces of ``text`` (no special-token scan)."""
+        return split(text, self.rule)
+
+    def encode(self, text: str, parse_special: bool) -> list[int]:
+        """Token ids of ``text``: special tokens (all of them with ``parse_special``,
+        else only user-defined ones) become single ids; the text between them is
+        pre-tokenized and each piece merged."""
+        scanner = self.parsed if parse_special else self.always
+        ids: list[int] = []
+        for segment, special_id in scanner.segments(text):
+            if special_id is not None:
+                ids.append(special_id)
+                continue
+            for piece in split(segment, self.rule):
+                piece_ids = self.cache.get(piece)  # looked up here first: most pieces repeat
+                ids.extend(piece_ids if piece_ids is not None else self.encode_piece(piece))
+        return ids
+
+    def encode_piece(self, piece: str) -> list[int]:
+        """BPE ids of one pre-tokenizer piece (memoized: text repeats its words)."""
+        ids = self.cache.get(piece)
+        if ids is None:
+            if len(self.cache) >= CACHE_LIMIT:
+                self.cache.clear()
+            symbols = list(to_standin(piece.encode("utf-8")))
+            ids = self.cache[piece] = bpe.to_ids(bpe.merge(symbols, self.ranks), self.vocab)
+        return ids
+
+    # --- decode -----------------------------------------------------------------
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The bytes ``ids`` stand for. Out-of-range ids are skipped, so a corrupt
+        sample cannot break a stream; entries holding real Unicode (not stand-ins)
+        come out as their UTF-8."""
+        n = len(self.tokens)
+        return from_standin("".join(self.tokens[i] for i in ids if 0 <= i < n))
+
+
+class Utf8Stream:
+    """Streams decoded bytes without ever emitting part of a character.
+
+    ``push`` returns the newly complete bytes; an incomplete trailing UTF-8
+    sequence waits for the next push. The chunks concatenate to exactly the bytes
+    pushed once ``finish`` has returned the held-back tail.
+    """
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def push(self, data: bytes) -> bytes:
+        buf = self.pending + data
+        cut = complete_utf8_prefix_len(buf)
+        self.pending = buf[cut:]
+        return buf[:cut]
+
+    def finish(self) -> bytes:
+        tail, self.pending = self.pending, b""
+        return tail

@@ -1,0 +1,110 @@
+"""Model weights as float32, dequantized lazily from the GGUF within a memory budget.
+
+A GGUF stores most matrices quantized (Q4_K, Q8_0, ...). The forward pass wants
+float32, but dequantizing a whole model up front would need ~4 bytes per
+parameter — 28 GB for a 7B model. So weights stay in the memory-mapped file and
+are dequantized on use:
+
+* a tensor that fits in the remaining ``budget`` is dequantized once and kept;
+* a tensor that does not fit is streamed: its rows are dequantized block by block
+  and multiplied immediately, so at most one block (``STREAM_BLOCK_BYTES``) of it
+  exists in float32 at any time;
+* the token embedding is never dequantized whole: only the rows of the tokens
+  being embedded.
+
+Cached tensors are kept in first-use order and never evicted. The forward pass
+touches the tensors cyclically (layer 0 .. N-1, output, again), a pattern for
+which least-recently-used eviction would evict every tensor just before it is
+needed again; keeping a fixed set and streaming the rest gives the best hit rate
+a fixed budget can give. Peak memory is thus the mapped file + ``budget`` + one
+block + activations.
+
+Dequantization is gguf-py's (``GGUFFile.dequantize`` / ``gguf.quants``); which
+tensor types the oracle accepts is decided here, at load, by name.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGMLQuantizationType as T
+
+from oracle.gguf import GGUFFile
+
+SUPPORTED_TYPES = frozenset(
+    {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K}
+)
+DEFAULT_BUDGET_BYTES = 2 << 30  # keeps every weight of a 0.5B model; a 7B model streams most
+STREAM_BLOCK_BYTES = 64 << 20
+
+
+class UnsupportedTensorType(ValueError):
+    """A tensor's ggml type is not one the oracle dequantizes."""
+
+
+def check_types(gguf: GGUFFile, names: list[str]) -> None:
+    """Refuse, by tensor and type name, any tensor the oracle cannot dequantize."""
+    bad = [
+        f"{n} ({gguf.tensors[n].type_name})"
+        for n in names
+        if gguf.tensors[n].ggml_type not in SUPPORTED_TYPES
+    ]
+    if bad:
+        supported = ", ".join(sorted(t.name for t in SUPPORTED_TYPES))
+        raise UnsupportedTensorType(
+            f"{gguf.path}: unsupported tensor type for {', '.join(bad[:5])}"
+            f"{' …' if len(bad) > 5 else ''}; the oracle supports {supported}"
+        )
+
+
+class Weights:
+    """The float32 view of a GGUF's tensors, dequantized on demand."""
+
+    def __init__(self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+        self.gguf = gguf
+        self.budget_bytes = budget_bytes
+        self.cached_bytes = 0
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.gguf.tensors
+
+    def get(self, name: str) -> np.ndarray:
+        """The whole tensor in float32 (kept if it fits in the budget)."""
+        if name in self._cache:
+            return self._cache[name]
+        w = self.gguf.dequantize(name)
+        if self.cached_bytes + w.nbytes <= self.budget_bytes:
+            w = np.ascontiguousarray(w)
+            self._cache[name] = w
+            self.cached_bytes += w.nbytes
+        return w
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` of a 2-D tensor, dequantizing only those rows (embedding lookup)."""
+        if name in self._cache:
+            return self._cache[name][ids]
+        info = self.gguf.tensors[name]
+        raw = self.gguf.tensor_bytes(name).reshape(info.shape[0], -1)[ids]
+        return quants.dequantize(raw, T(info.ggml_type)).astype(np.float32, copy=False)
+
+    def matmul(self, x: np.ndarray, name: str) -> np.ndarray:
+        """``x @ W.T`` for a weight ``W`` stored as [out, in] (GGUF ne = [in, out])."""
+        info = self.gguf.tensors[name]
+        f32_bytes = int(np.prod(info.shape)) * 4
+        if (
+            name in self._cache
+            or self.cached_bytes + f32_bytes <= self.budget_bytes
+            or f32_bytes <= STREAM_BLOCK_BYTES
+        ):
+            return x @ self.get(name).T
+        out_rows = info.shape[0]
+        block = max(1, STREAM_BLOCK_BYTES // (4 * info.shape[1]))
+        raw = self.gguf.tensor_bytes(name).reshape(out_rows, -1)
+        out = np.empty((*x.shape[:-1], out_rows), dtype=np.float32)
+        for start in range(0, out_rows, block):
+            w = quants.dequantize(raw[start : start + block], T(info.ggml_type)).astype(
+                np.float32, copy=False
+            )
+            out[..., start : start + block] = x @ w.T
+        return out

@@ -1,0 +1,140 @@
+"""A protocol engine that misbehaves on purpose, for the ``cmd`` adapter's tests.
+
+    python tests/engines/fault_engine.py [IMPL]
+
+serves IMPL (default ``oracle``; ``toy`` / ``toy-own-templates`` are the small
+adapters below) over
+PROTOCOL.md, and injects one fault chosen by environment variables:
+
+  SPECGATE_FAULT       die | hang | garbage | wrong-id | (unset: no fault)
+  SPECGATE_FAULT_AT    the request number (1-based, counted per process) that faults
+  SPECGATE_FAULT_ONCE  a file path: fault only if it does not exist yet, then create
+                       it — so the restarted engine behaves (a one-off crash)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from impl.protocol import Engine, ModelRef, Unsupported
+from impl.serve import _claim_stdout, serve
+
+
+class ToyEngine(Engine):
+    """Byte-level stand-ins for each stage, to exercise the wire without a model."""
+
+    name = "toy"
+
+    def version(self) -> str:
+        return "1.0"
+
+    def metadata(self, model: ModelRef) -> dict[str, Any]:
+        return {
+            "model": model.id,
+            "sha256": model.sha256,
+            "tokenizer_json": str(model.tokenizer_json),
+            "numbers": {1: "one", 2: "two"},
+            "scale": np.float32(0.5),
+        }
+
+    def render(
+        self,
+        model: ModelRef,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
+        return text + ("<assistant>" if add_generation_prompt else "") + json.dumps(kwargs, sort_keys=True)
+
+    def render_template(self, template: str, context: dict[str, Any]) -> str:
+        return template.replace("{{x}}", str(context.get("x")))
+
+    def split(self, model: ModelRef, text: str) -> list[str]:
+        return text.split(" ")
+
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
+        if text == "refuse":
+            raise Unsupported("toy refuses the word 'refuse'")
+        if text == "boom":
+            raise RuntimeError("toy exploded")
+        return list(text.encode("utf-8"))
+
+    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
+        return bytes(ids)
+
+    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+        if ids[0] != 5:  # ordinary rows: 0.5 * id + position
+            return (np.arange(8, dtype=np.float32)[None, :] * 0.5 + np.arange(len(ids))[:, None]).astype(
+                np.float32
+            )
+        out = np.full((len(ids), 8), -np.inf, dtype=np.float32)  # odd values that must survive the wire
+        out[:, 0] = np.arange(len(ids), dtype=np.float32) / 3
+        out[:, 1] = np.nan
+        return out
+
+    def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
+        return {"id": int(np.argmax(logits)), "r": r, "params": params, "probs": {3: 0.25}}
+
+    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        return {"ids": [*ids, 0], "text": b"\xe4\xbd", "stop": "max_tokens"}
+
+
+class ToyWithoutRenderTemplate(ToyEngine):
+    """Renders its models' own templates only (no ``render_template``)."""
+
+    render_template = Engine.render_template
+
+
+TARGETS = {"toy": ToyEngine, "toy-own-templates": ToyWithoutRenderTemplate}
+
+
+def _armed() -> bool:
+    once = os.environ.get("SPECGATE_FAULT_ONCE")
+    if not once:
+        return True
+    marker = Path(once)
+    if marker.exists():
+        return False
+    marker.write_text("faulted\n")
+    return True
+
+
+def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
+    mode = os.environ.get("SPECGATE_FAULT", "")
+    at = int(os.environ.get("SPECGATE_FAULT_AT", "1"))
+    for n, raw in enumerate(lines, start=1):
+        if mode and n == at and _armed():
+            print(f"fault engine: injecting {mode!r} at request {n}", file=sys.stderr, flush=True)
+            if mode == "die":
+                os._exit(3)
+            if mode == "hang":
+                time.sleep(3600)
+            request = json.loads(raw)
+            if mode == "garbage":
+                out.write("{this is not json\n")
+            elif mode == "wrong-id":
+                out.write(json.dumps({"id": request["id"] + 1000, "result": []}) + "\n")
+            out.flush()
+            continue
+        yield raw
+
+
+def main() -> int:
+    spec = sys.argv[1] if len(sys.argv) > 1 else "oracle"
+    out = _claim_stdout()
+    return serve(
+        TARGETS[spec]() if spec in TARGETS else spec, stdin=faulty(iter(sys.stdin.buffer), out), stdout=out
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

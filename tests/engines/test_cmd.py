@@ -1,0 +1,187 @@
+"""The ``cmd`` adapter against real external processes speaking PROTOCOL.md.
+
+The engine is ``tests/engines/fault_engine.py`` (a subprocess, not a mock): its
+``toy`` adapter exercises every op and value kind without a model, and its fault
+switches make it crash, hang, answer garbage or answer with the wrong id.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from impl.cmd import CmdEngine
+from impl.protocol import CAPABILITIES, Engine, EngineError, ModelRef, Unsupported
+
+FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
+MODEL = ModelRef(
+    "toy-model", Path("/nonexistent/toy.gguf"), "ab" * 32, tokenizer_json=Path("/x/tokenizer.json")
+)
+
+
+def toy_command(*extra: str) -> str:
+    return shlex.join([sys.executable, str(FAULT_ENGINE), "toy", *extra])
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch):
+    def make(fault: str = "", at: int = 1, timeout: float = 20.0, once: Path | None = None) -> CmdEngine:
+        monkeypatch.setenv("SPECGATE_FAULT", fault)
+        monkeypatch.setenv("SPECGATE_FAULT_AT", str(at))
+        if once is not None:
+            monkeypatch.setenv("SPECGATE_FAULT_ONCE", str(once))
+        engine = CmdEngine(toy_command(), timeout=timeout)
+        engine.logits_top_k = int(
+            os.environ.get("SPECGATE_CMD_LOGITS_TOP_K", "0")
+        )  # the full array by default
+        made.append(engine)
+        return engine
+
+    made: list[CmdEngine] = []
+    yield make
+    for engine in made:
+        engine.close()
+
+
+def test_handshake_names_engine_and_capabilities(toy) -> None:
+    engine = toy()
+    assert engine.capabilities == frozenset(CAPABILITIES)
+    assert engine.version() == "toy 1.0"
+    assert engine.name == "cmd" and engine.label == "cmd:toy"
+
+
+def test_an_engine_without_render_template_mirrors_it() -> None:
+    engine = CmdEngine(shlex.join([sys.executable, str(FAULT_ENGINE), "toy-own-templates"]))
+    try:
+        assert "render" in engine.capabilities
+        assert type(engine).render_template is Engine.render_template  # the construct gate reads this as n/a
+        assert (
+            engine.render(MODEL, [{"role": "user", "content": "x"}], add_generation_prompt=False)
+            == "<user>x\n{}"
+        )
+        with pytest.raises(Unsupported, match="does not offer 'render_template'"):
+            engine.request("render_template", template="{{x}}", context={"x": 1})
+    finally:
+        engine.close()
+
+
+def test_every_op_round_trips_its_values(toy) -> None:
+    engine = toy()
+    meta = engine.metadata(MODEL)
+    assert meta == {
+        "model": "toy-model",
+        "sha256": "ab" * 32,
+        "tokenizer_json": "/x/tokenizer.json",
+        "numbers": {1: "one", 2: "two"},
+        "scale": 0.5,
+    }
+    msgs = [{"role": "user", "content": "héllo\n<|im_end|>"}]
+    assert engine.render(MODEL, msgs, add_generation_prompt=True, enable_thinking=False) == (
+        '<user>héllo\n<|im_end|>\n<assistant>{"enable_thinking": false}'
+    )
+    assert engine.render_template("a{{x}}b", {"x": [1, 2]}) == "a[1, 2]b"
+    assert engine.split(MODEL, "a  b") == ["a", "", "b"]
+    assert engine.encode(MODEL, "日本\x00", parse_special=True) == list("日本\x00".encode())
+    assert engine.decode(MODEL, [0xE6, 0x97]) == b"\xe6\x97"  # an incomplete UTF-8 sequence survives
+    logits = engine.logits(MODEL, [5, 6, 7])
+    assert logits.dtype == np.float32 and logits.shape == (3, 8)
+    assert logits[2, 0] == np.float32(2 / 3) and math.isnan(logits[0, 1]) and logits[0, 2] == -np.inf
+    sampled = engine.sample(np.array([0.1, 3.0, -1.0], dtype=np.float32), {"top_k": 2, "top_p": 0.9}, 0.25)
+    assert sampled == {"id": 1, "r": 0.25, "params": {"top_k": 2, "top_p": 0.9}, "probs": {3: 0.25}}
+    assert engine.generate(MODEL, [1, 2], {"max_tokens": 1}) == {
+        "ids": [1, 2, 0],
+        "text": b"\xe4\xbd",
+        "stop": "max_tokens",
+    }
+    assert engine.starts == 1  # one process served all of it
+
+
+def test_logits_travel_as_top_k_with_the_log_sum_exp(toy, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECGATE_CMD_LOGITS_TOP_K", "3")
+    engine = toy()
+    full = np.arange(8)[None, :] * 0.5 + np.arange(2)[:, None]  # what the toy computes for ids [1, 2]
+    got = engine.logits(MODEL, [1, 2]).astype(np.float64)
+    assert got.shape == (2, 8)
+    np.testing.assert_array_equal(got[:, 5:], full[:, 5:])  # the top-3 logits exactly
+    lse = np.log(np.exp(full).sum(axis=1))
+    np.testing.assert_allclose(np.log(np.exp(got).sum(axis=1)), lse, rtol=1e-6)  # the engine's normalizer
+    np.testing.assert_allclose(got[:, 5:] - lse[:, None], full[:, 5:] - lse[:, None], atol=1e-6)  # log-probs
+    assert (got[:, :5] < got[:, 5:6]).all()  # the tail stays below the top-k
+
+
+def test_reported_errors_keep_the_engine_running(toy) -> None:
+    engine = toy()
+    with pytest.raises(Unsupported, match="refuses the word"):
+        engine.encode(MODEL, "refuse", parse_special=False)
+    with pytest.raises(EngineError, match="RuntimeError: toy exploded"):
+        engine.encode(MODEL, "boom", parse_special=False)
+    with pytest.raises(EngineError, match=r"bad_request: .*unknown op 'tokenise'"):
+        engine.request("tokenise", text="x")
+    with pytest.raises(EngineError, match=r"bad_request: .*needs field 'parse_special'"):
+        engine.request("encode", model={"id": "m", "gguf": "/m.gguf", "sha256": "0"}, text="x")
+    assert engine.encode(MODEL, "ok", parse_special=False) == [111, 107]
+    assert engine.starts == 1
+
+
+@pytest.mark.parametrize(
+    ("fault", "symptom"),
+    [
+        (
+            "die",
+            r"(?s)exited .* before answering request 2 \(encode\) \(exit status 3\).*stderr.*injecting 'die'",
+        ),
+        ("garbage", r"malformed JSON in answer to request 2"),
+        ("wrong-id", r"answer carries id 1002, expected 2"),
+    ],
+)
+def test_broken_answer_is_an_error_then_the_engine_restarts(
+    toy, tmp_path: Path, fault: str, symptom: str
+) -> None:
+    engine = toy(fault=fault, at=2, once=tmp_path / "fired")
+    assert engine.encode(MODEL, "a", parse_special=False) == [97]
+    with pytest.raises(EngineError, match=symptom):
+        engine.encode(MODEL, "b", parse_special=False)
+    assert engine.encode(MODEL, "c", parse_special=False) == [99]  # a fresh process answers
+    assert engine.starts == 2
+
+
+def test_hang_past_the_timeout_is_an_error_and_is_killed(toy, tmp_path: Path) -> None:
+    engine = toy(fault="hang", at=1, timeout=1.5, once=tmp_path / "fired")
+    t0 = time.monotonic()
+    with pytest.raises(EngineError, match=r"no answer to request 1 \(encode\) within 1.5 s"):
+        engine.encode(MODEL, "a", parse_special=False)
+    assert time.monotonic() - t0 < 10
+    assert engine.encode(MODEL, "b", parse_special=False) == [98]
+    assert engine.starts == 2
+
+
+def test_engine_that_cannot_start_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    engine = CmdEngine(f"{tmp_path}/no-such-engine --flag")
+    with pytest.raises(EngineError, match="cannot start"):
+        engine.capabilities  # noqa: B018
+    silent = CmdEngine(
+        shlex.join([sys.executable, "-c", "import sys; print('hello, not json'); sys.exit(4)"])
+    )
+    with pytest.raises(EngineError, match="malformed handshake"):
+        silent.capabilities  # noqa: B018
+    for _ in range(2):
+        with pytest.raises(EngineError):
+            silent.capabilities  # noqa: B018
+    with pytest.raises(EngineError, match="gave up after 3 failed start-ups"):
+        silent.capabilities  # noqa: B018
+    assert silent.starts == 3
+
+
+def test_timeout_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECGATE_CMD_TIMEOUT", "soon")
+    with pytest.raises(EngineError, match="SPECGATE_CMD_TIMEOUT='soon' is not a number"):
+        CmdEngine("true")
+    monkeypatch.setenv("SPECGATE_CMD_TIMEOUT", "7")
+    assert CmdEngine("true").timeout == 7.0

@@ -1,0 +1,120 @@
+"""Mutation evidence for the sample gate and the decode-loop known answers: each
+planted defect makes the very gate test function ``nox -s parity`` runs fail, with
+a message naming the model and the case."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from impl.oracle import OracleEngine
+from oracle import decode_loop, sampler
+from specgate.plugin import get_model, snapshot_cases
+from tests.gates import test_generate as generate_gate
+from tests.gates import test_sample as gate
+from tests.oracle import test_decode_loop as stops
+
+MODEL = "qwen2.5-coder-0.5b-instruct"
+
+
+def top_p_greater_or_equal(logits, p):
+    """top-p that stops as soon as the cumulative probability reaches p (>=)."""
+    nucleus = p["top_p"]
+    if nucleus <= 0.0 or nucleus >= 1.0:
+        return logits
+    probs = sampler.softmax(logits)
+    order = np.argsort(-probs, kind="stable")
+    crossed = np.flatnonzero(np.cumsum(probs[order]) >= nucleus)
+    out = np.full_like(logits, -np.inf)
+    keep = order[: crossed[0] + 1 if len(crossed) else len(order)]
+    out[keep] = logits[keep]
+    return out
+
+
+def penalty_window_63(logits, p):
+    return sampler.penalties(logits, {**p, "window": list(p["window"])[-63:]})
+
+
+SAMPLER_MUTATIONS = {
+    "top-p with >= instead of >": (
+        "top_p",
+        top_p_greater_or_equal,
+        "crafted-quarters/top-p-exact-0.75",
+        "after step 2 \\(top_p\\): candidate set differs",
+    ),
+    "penalty window of 63": (
+        "penalties",
+        penalty_window_63,
+        "code/window-edge-64",
+        "after step 0 \\(penalties\\): probability of token",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(SAMPLER_MUTATIONS))
+def test_sample_gate_catches(monkeypatch, mutation):
+    step, broken, case_id, symptom = SAMPLER_MUTATIONS[mutation]
+    model = get_model(MODEL)
+    snapshot_cases(model, "sample")
+    engine = OracleEngine()
+    gate.test_sample(engine, model, MODEL, case_id)  # the real oracle passes
+    monkeypatch.setitem(sampler.STEPS, step, broken)
+    with pytest.raises(AssertionError, match=rf"\[sample\] model {MODEL}, case {case_id}.*{symptom}"):
+        gate.test_sample(engine, model, MODEL, case_id)
+
+
+class PerTokenStops:
+    """Stop strings searched in the newest token's bytes only (not the stream)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def __call__(self, stream: bytes, stops_: list[bytes]) -> int | None:
+        start, self.seen = self.seen, len(stream)
+        hits = [i for s in stops_ if s and (i := stream.find(s, start)) >= 0]
+        return min(hits) if hits else None
+
+
+DECODE_MUTATIONS = {
+    "stop strings matched per token": ("find_stop", PerTokenStops, "stop-string-split-across-tokens"),
+    "split UTF-8 character emitted": ("complete_utf8_prefix_len", lambda: len, "multibyte-split-before-stop"),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(DECODE_MUTATIONS))
+def test_stop_cases_catch(monkeypatch, mutation):
+    attr, make, case = DECODE_MUTATIONS[mutation]
+    stops.test_stop_cases(case)  # the real decode loop passes
+    monkeypatch.setattr(decode_loop, attr, make())
+    with pytest.raises(AssertionError, match=rf"\[decode loop\] case {case}"):
+        stops.test_stop_cases(case)
+
+
+GENERATE_MUTATIONS = {
+    "stop strings matched per token": (
+        "find_stop",
+        PerTokenStops,
+        "tiny-qwen2-f32",
+        "stop-straddle/code",
+        "expected .* engine gave",
+    ),
+    "split UTF-8 character emitted": (
+        "complete_utf8_prefix_len",
+        lambda: len,
+        MODEL,
+        "stop-after-split-character/rare-characters",
+        "ends inside a UTF-8 character",
+    ),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(GENERATE_MUTATIONS))
+def test_generate_gate_catches(monkeypatch, mutation):
+    attr, make, model_id, case_id, symptom = GENERATE_MUTATIONS[mutation]
+    model = get_model(model_id)
+    snapshot_cases(model, "generate")
+    engine = OracleEngine()
+    generate_gate.test_generate(engine, model, model_id, case_id, lambda *a: None)  # the real oracle passes
+    monkeypatch.setattr(decode_loop, attr, make())
+    with pytest.raises(AssertionError, match=rf"\[generate\] model {model_id}, case {case_id}.*{symptom}"):
+        generate_gate.test_generate(engine, model, model_id, case_id, lambda *a: None)

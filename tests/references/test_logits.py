@@ -1,0 +1,71 @@
+"""Record the logits references: per model and prompt, the prompt ids (llama.cpp's
+tokenization of the model's own vocabulary) and, at the recorded positions, the top-k
+tokens, log-probabilities and log-sum-exp of transformers (float32 on the GGUF's
+dequantized weights — the tight reference) and of llama.cpp (the loose one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specgate import logit_metrics, snapshots
+from specgate.plugin import get_model
+from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for
+
+pytestmark = pytest.mark.live
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "forward_model_id" in metafunc.fixturenames:
+        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
+
+
+def test_record_logits(request, snapshot, reference, forward_model_id):
+    model = get_model(forward_model_id)
+    hf, llama = reference("hf"), reference("llamacpp")
+    vocab = llama.llama(model, vocab_only=True)
+    limit = POSITIONS["tiny" if is_tiny(model.id) else "real"]
+    cases: dict[str, Any] = {}
+    for prompt_id, prompt in prompts_for(model.id).items():
+        ids = vocab.tokenize(str(prompt["text"]).encode("utf-8"), add_bos=False, special=True)
+        positions = logit_metrics.record_positions(len(ids), limit)
+        ref_hf, ref_llama = hf.logits(model, ids), llama.logits(model, ids)
+        between = logit_metrics.compare_full(ref_hf, ref_llama, tie_margin=0.0)
+        cases[prompt_id] = {
+            "kind": prompt["kind"],
+            "ids": ids,
+            "positions": positions,
+            "hf": logit_metrics.topk_record(ref_hf, positions, TOP_K),
+            "llamacpp": logit_metrics.topk_record(ref_llama, positions, TOP_K),
+            "llamacpp_vs_hf": {k: float(f"{v:.3g}") for k, v in between.metrics().items()},
+        }
+    hf.release_forward(model)
+    llama.release_forward(model)
+    snapshots.record(
+        request, snapshot, hf, model, "logits", cases,
+        references={
+            "hf": "transformers float32 forward on the GGUF's weights dequantized by gguf-py (eager attention)",
+            "llamacpp": "llama.cpp logits_all on the same GGUF (activations quantized for quantized matmuls)",
+        },
+        packages=("transformers", "torch", "gguf", "llama-cpp-python"),
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_dequantized_loader_matches_transformers_gguf(reference):
+    """The tiny models' transformers reference is built by ``impl.hf_forward.load_dequantized``
+    (fast); it must give the logits transformers' own GGUF loader gives on the same file."""
+    from impl import hf_forward
+    from specgate import models
+
+    reference("hf")  # skips unless --live-references
+    model_id = "tiny-qwen3-q4_k"  # qwen3 with head_dim != n_embd / n_head, K-quants and fallbacks
+    if model_id not in models.cached_tiny_models():
+        pytest.skip(f"{model_id} not generated (specgate models tiny)")
+    path = get_model(model_id).gguf
+    ids = list(range(9000, 9040))
+    a = hf_forward.logits(hf_forward.load_dequantized(path), ids)
+    b = hf_forward.logits(hf_forward.load_transformers_gguf(path), ids)
+    assert np.array_equal(a, b), f"max |Δ| {np.abs(a - b).max()} between the two transformers loading paths"

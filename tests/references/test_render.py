@@ -1,0 +1,132 @@
+"""Record the render stage's reference outputs (transformers; llama.cpp for ids).
+
+* ``snapshots/<model>/render.json`` — every corpus conversation through the model's
+  own template with ``apply_chat_template(tokenize=False)``: ``{"prompt": str}``, or
+  ``{"error": {"type", "message", "raised_by_template"}}`` when the template refuses.
+* ``snapshots/<model>/template.json`` — template identity: the sha256 of the GGUF's
+  ``tokenizer.chat_template`` (as llama.cpp reads it) and of ``tokenizer_config.json``'s
+  where the model ships one (they must be equal), and for every rendered
+  conversation the ids llama.cpp's tokenizer gives the transformers prompt
+  (``parse_special=True``).
+* ``snapshots/constructs/render_template.json`` — each construct template rendered
+  by transformers' compiled environment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from impl.protocol import Unsupported
+from specgate import render_corpus, snapshots
+from specgate.plugin import get_model, selected_models
+
+pytestmark = pytest.mark.live
+
+HF_WHAT = "transformers apply_chat_template(tokenize=False) with the model's own template"
+
+
+template_models = pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
+
+
+@pytest.fixture
+def model(request, model_id):
+    """The model, when selected (``--model``) and cached."""
+    if model_id not in selected_models(request.config):
+        pytest.skip(f"{model_id} not selected")
+    return get_model(model_id)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def reference_renders(hf, model) -> dict:
+    from impl.hf_render import template_error
+
+    cases = {}
+    for case_id, case in render_corpus.render_cases().items():
+        try:
+            cases[case_id] = {
+                "prompt": hf.render(model, case.messages, case.add_generation_prompt, **case.kwargs)
+            }
+        except Unsupported as exc:
+            cases[case_id] = {"error": template_error(exc)}
+    return cases
+
+
+@template_models
+def test_record_render(request, snapshot, reference, model, model_id):
+    hf = reference("hf")
+    cases = reference_renders(hf, model)
+    assert any("prompt" in c for c in cases.values()), f"{model_id}: transformers rendered no conversation"
+    snapshots.record(
+        request,
+        snapshot,
+        hf,
+        model,
+        "render",
+        cases,
+        references={"hf": HF_WHAT},
+        packages=("transformers", "jinja2"),
+    )
+
+
+@template_models
+def test_record_template_identity(request, snapshot, reference, model, model_id):
+    from impl import llamacpp_render
+
+    hf, llama = reference("hf"), reference("llamacpp")
+    gguf_template = llamacpp_render.model_template(llama.llama(model, vocab_only=True)).decode("utf-8")
+    identity = {"gguf_template_sha256": _sha256(gguf_template), "tokenizer_config_template_sha256": None}
+    if model.tokenizer_config is not None:
+        config_template = json.loads(model.tokenizer_config.read_text(encoding="utf-8"))["chat_template"]
+        identity["tokenizer_config_template_sha256"] = _sha256(config_template)
+        assert config_template == gguf_template, (
+            f"{model_id}: the GGUF's tokenizer.chat_template differs from tokenizer_config.json's "
+            f"(sha256 {identity['gguf_template_sha256']} vs {identity['tokenizer_config_template_sha256']})"
+        )
+    cases = {"template-identity": identity}
+    for case_id, rendered in reference_renders(hf, model).items():
+        if "prompt" in rendered:
+            cases[f"ids/{case_id}"] = {"ids": llama.encode(model, rendered["prompt"], parse_special=True)}
+    snapshots.record(
+        request,
+        snapshot,
+        llama,
+        model,
+        "template",
+        cases,
+        references={
+            "hf": HF_WHAT,
+            "llamacpp": "llama_tokenize(parse_special=True) of that prompt; "
+            "llama_model_chat_template for the GGUF template",
+        },
+        packages=("transformers", "jinja2", "llama-cpp-python"),
+    )
+
+
+def test_record_constructs(request, snapshot, reference):
+    from impl.hf_render import template_error
+
+    hf = reference("hf")
+    cases = {}
+    for case_id, construct in render_corpus.constructs().items():
+        try:
+            cases[case_id] = {"output": hf.render_template(construct["template"], construct["context"])}
+        except Unsupported as exc:
+            cases[case_id] = {"error": template_error(exc)}
+    snapshots.record(
+        request,
+        snapshot,
+        hf,
+        render_corpus.constructs_model(),
+        "render_template",
+        cases,
+        references={
+            "hf": "transformers.utils.chat_template_utils._compile_jinja_template(t).render(**context)"
+        },
+        packages=("transformers", "jinja2"),
+    )

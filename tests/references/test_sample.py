@@ -1,0 +1,137 @@
+"""Record the sample reference: llama.cpp's sampler chain, step by step, on logit
+windows of each full-weights model and on crafted logit vectors, over the
+parameter grid of corpus/sampler/.
+
+The reference is the *documented* chain built from llama.cpp's samplers
+(``impl.llamacpp_sampler``, flavour ``documented``). Each case also says whether
+llama.cpp's own samplers (``native``) give a different result, and why — that
+is the report of where the documented chain and llama.cpp's defaults differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specgate import sampling, snapshots
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+pytestmark = pytest.mark.live
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "sampler"
+GRID = tomllib.loads((CORPUS / "grid.toml").read_text(encoding="utf-8"))
+#: A draw whose r lies this close to a cumulative-probability boundary is not
+#: compared: float32 and float64 sums may put it on either side.
+DRAW_MARGIN = 1e-4
+WINDOWS = tomllib.loads((CORPUS / "windows.toml").read_text(encoding="utf-8"))
+
+
+def model_windows(llama: Any, model: Any) -> dict[str, np.ndarray]:
+    """Next-token logits after each window prompt, from llama.cpp's forward."""
+    llm = llama.llama(model, vocab_only=False)
+    out = {}
+    for name, spec in WINDOWS["model"].items():
+        ids = llm.tokenize(spec["prompt"].encode("utf-8"), add_bos=False, special=False)
+        llm.reset()
+        llm.eval(ids)
+        out[name] = np.array(llm.scores[len(ids) - 1], dtype=np.float32)
+    return out
+
+
+def compact(x: np.ndarray, keep: int) -> dict[str, Any]:
+    """The ``keep`` highest logits of ``x`` (the rest become -inf)."""
+    finite = np.flatnonzero(np.isfinite(x))
+    top = finite[np.argsort(-x[finite], kind="stable")][:keep]
+    top = np.sort(top)
+    return {"n_vocab": len(x), "ids": top.tolist(), "values": [float(v) for v in x[top]]}
+
+
+def penalty_window(spec: list[Any], logits: np.ndarray) -> list[int]:
+    """Crafted window → token ids: ranks in the logit window, "out" (a token the
+    window excludes), "oov" (past the vocabulary)."""
+    ranked = np.argsort(-logits, kind="stable")
+    excluded = int(np.flatnonzero(~np.isfinite(logits))[0])
+    table = {"out": excluded, "oov": len(logits) + 7}
+    return [table[t] if isinstance(t, str) else int(ranked[t]) for t in spec]
+
+
+def grid_cases(name: str, logits: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any], float]]:
+    x = sampling.logits_of({"logits": logits})
+    out = {}
+    for point, spec in GRID["points"].items():
+        params = {k: v for k, v in spec.items() if k not in ("r", "penalty_window")}
+        params["window"] = penalty_window(GRID["penalty_windows"][spec.get("penalty_window", "none")], x)
+        out[f"{name}/{point}"] = (logits, params, float(spec.get("r", 0.5)))
+    return out
+
+
+def crafted_cases() -> dict[str, tuple[dict[str, Any], dict[str, Any], float]]:
+    out = {}
+    for name, spec in WINDOWS["crafted"].items():
+        values = [float(v) for v in spec["logits"]]
+        ids = [i for i, v in enumerate(values) if np.isfinite(v)]
+        logits = {"n_vocab": len(values), "ids": ids, "values": [values[i] for i in ids]}
+        for point, p in spec["points"].items():
+            params = {k: v for k, v in p.items() if k != "r"}
+            params.setdefault("window", [])
+            out[f"crafted-{name}/{point}"] = (logits, params, float(p.get("r", 0.5)))
+    return out
+
+
+def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> dict[str, Any]:
+    from impl import llamacpp_sampler
+
+    x = sampling.logits_of({"logits": logits})
+    full = llamacpp_sampler.run_chain(x, params, documented=True)
+    documented = sampling.summarize(full)
+    native = sampling.summarize(llamacpp_sampler.run_chain(x, params, documented=False))
+    case: dict[str, Any] = {"logits": logits, "params": params, "r": r, **documented}
+    if full["chain"][-1] == "greedy":
+        case["token"] = full["ids"][0]
+    else:
+        token, margin = sampling.expected_draw(full["ids"], full["probs"], r)
+        case["token"] = token if margin > DRAW_MARGIN else None
+    case["llamacpp_native"] = None
+    for want, got in zip(documented["steps"], native["steps"], strict=True):
+        if want != got:
+            case["llamacpp_native"] = (
+                f"llama.cpp's own samplers differ from the documented chain from step {want['step']!r}: "
+                f"{want['n']} vs {got['n']} candidates, top {want['top'][:3]} vs {got['top'][:3]}"
+            )
+            break
+    tie = llamacpp_sampler.topk_tie(x, params)
+    if tie:
+        case["disagreement"] = tie
+    return case
+
+
+def test_record_sample(request, snapshot, reference, model_id, model):
+    if model.id not in WINDOWS["models"]:
+        pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(WINDOWS['models'])})")
+    if model.role in ("vocab-only", "tokenizer-files"):
+        pytest.skip(f"{model_id} has no weights: no logits to sample from")
+    llama = reference("llamacpp")
+    inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}
+    specs = {k: v for name, logits in inputs.items() for k, v in grid_cases(name, logits).items()}
+    specs.update(crafted_cases())
+    cases = {case_id: reference_case(*spec) for case_id, spec in specs.items()}
+    snapshots.record(
+        request,
+        snapshot,
+        llama,
+        model,
+        "sample",
+        cases,
+        references={
+            "llamacpp": "llama_sampler_apply of penalties/top_k/top_p/min_p/temp/greedy, dist softmax, "
+            "on next-token logits from llama.cpp's forward (documented chain order)"
+        },
+        packages=("llama-cpp-python",),
+    )

@@ -1,0 +1,253 @@
+"""Record the tokenizer references for every vocabulary model, per stage:
+
+* ``split``  — CPython ``regex`` ``findall`` of the model's tokenizer-file pattern for
+  its ``tokenizer.ggml.pre`` rule (``corpus/pretokenizer_patterns.json``);
+* ``encode`` — llama.cpp ``llama_tokenize`` on the same GGUF, with and without
+  special-token parsing (case ids ``<text id>/plain`` and ``<text id>/special``),
+  cross-checked with HF tokenizers (tokenizer.json where shipped, else transformers'
+  tokenizer built from the GGUF) and with tiktoken where the model ships ranks;
+* ``decode`` — llama.cpp ``llama_token_to_piece`` bytes, concatenated, for every id
+  sequence of the encode snapshot plus single tokens that end inside a character.
+
+Where a cross-check disagrees with llama.cpp the case is stored as a reference
+disagreement with the reason (NFC normalization in tokenizer.json, a different
+special-token split, a GGUF conversion gap). specgate gates the GGUF pipeline's
+semantics: no normalization, explicit ``parse_special``.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+import pytest
+
+from impl import llamacpp_tokenizer
+from impl.protocol import Unsupported
+from impl.references import RegexSplitter
+from specgate import snapshots
+from specgate.gate import first_divergence
+from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
+
+pytestmark = pytest.mark.live
+PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
+
+
+@pytest.fixture(autouse=True)
+def _vocabulary_models_only(model_id: str) -> None:
+    if model_id not in TOKENIZER_MODELS:
+        pytest.skip(f"{model_id} is not one of the tokenizer stage's vocabulary models")
+
+
+_encoded: dict[str, dict[str, Any]] = {}
+
+
+def test_record_split(request, snapshot, reference, model_id, model):
+    regex = reference("regex")
+    recorded = {
+        cid: {"text": c["text"], "pieces": regex.split(model, c["text"])} for cid, c in cases().items()
+    }
+    bad = [cid for cid, c in recorded.items() if "".join(c["pieces"]) != c["text"]]
+    assert not bad, f"{model_id}: the reference pattern does not tile these texts: {bad}"
+    snapshots.record(
+        request,
+        snapshot,
+        regex,
+        model,
+        "split",
+        recorded,
+        references={"regex": "regex.findall(<tokenizer-file pattern for tokenizer.ggml.pre>, text)"},
+        packages=("regex",),
+    )
+
+
+def cross_references(reference: Any, model: Any) -> dict[str, Any]:
+    """The references that encode this model besides llama.cpp."""
+    refs = {}
+    if model.tiktoken is not None:
+        refs["tiktoken"] = reference("tiktoken")
+    try:
+        hf = reference("hf")
+        hf._tokenizer(model)
+        refs["hf"] = hf
+    except Unsupported:
+        pass  # transformers cannot convert this GGUF's tokenizer: HF is no reference here
+    return refs
+
+
+def explain(
+    model: Any,
+    llm: Any,
+    name: str,
+    ref: Any,
+    text: str,
+    parse_special: bool,
+    ids: list[int],
+    other: list[int],
+) -> str:
+    """Why reference ``name`` disagrees with llama.cpp on this text."""
+    mode = "on" if parse_special else "off"
+    if name == "hf" and model.tokenizer_json is not None:
+        nfc = unicodedata.normalize("NFC", text)
+        if nfc != text and llamacpp_tokenizer.encode(llm, nfc, parse_special) == other:
+            return (
+                "NFC: tokenizer.json normalizes the text to NFC before splitting; the GGUF pipeline "
+                "(llama.cpp, specgate) does not normalize"
+            )
+    if name == "hf":
+        added = ref._tokenizer(model).get_added_tokens_decoder()
+        hf_only = [i for i in other if i in added and i not in ids]
+        if hf_only:
+            tok, i = added[hf_only[0]], hf_only[0]
+            if i >= llm.n_vocab():
+                return (
+                    f"transformers' GGUF tokenizer conversion appends {tok.content!r} as a new added token "
+                    f"(id {i}, outside the GGUF's {llm.n_vocab()}-token vocabulary); llama.cpp encodes the "
+                    "string as text"
+                )
+            return (
+                f"HF matches {tok.content!r} (id {i}, {'special' if tok.special else 'not special'} in HF) "
+                f"as one token with special-token parsing {mode}; the GGUF types it control, so llama.cpp "
+                "encodes it as text"
+            )
+        llama_only = [i for i in ids if i not in other and llamacpp_tokenizer.is_control(llm, i)]
+        if parse_special and llama_only:
+            piece = llamacpp_tokenizer.token_to_piece(llm, llama_only[0]).decode("utf-8", "replace")
+            return (
+                f"transformers' GGUF tokenizer conversion does not register {piece!r} (id {llama_only[0]}, "
+                "a control token of the GGUF) as an added token, so HF splits it as text"
+            )
+    if name == "tiktoken":
+        k = next((k for k, (a, b) in enumerate(zip(ids, other, strict=False)) if a != b), None)
+        piece = ref._encoding(model).decode_single_token_bytes(other[k]) if k is not None else b""
+        pieces = [p.encode("utf-8") for p in RegexSplitter().split(model, text)]
+        if piece in pieces:
+            return (
+                f"tiktoken encodes the pre-tokenizer piece {piece.decode('utf-8', 'replace')!r} as its own rank "
+                f"entry (id {other[k]}) without merging — a whole-piece lookup; no merge produces that entry, "
+                "so llama.cpp's greedy merges split it (specgate: no whole-piece shortcut)"
+            )
+    where = first_divergence(ids, other, show=lambda i: repr(llamacpp_tokenizer.token_to_piece(llm, i)))
+    return f"{name} disagrees with llama.cpp (special-token parsing {mode}): {where}"
+
+
+def split_disagreement(regex: Any, model: Any, llm: Any, text: str, ids: list[int]) -> str | None:
+    """Whether llama.cpp pre-tokenizes this text differently from the split reference
+    (CPython ``regex``): between special tokens, llama.cpp's ids must be its own
+    encodings of the regex pieces, one piece at a time."""
+    segments: list[list[int]] = [[]]  # the ids of each stretch between special tokens
+    for i in ids:
+        if llamacpp_tokenizer.is_special(llm, i):
+            segments.append([])
+        else:
+            segments[-1].append(i)
+    crossed = None
+    for seg in segments:
+        stretch = b"".join(llamacpp_tokenizer.token_to_piece(llm, i) for i in seg).decode("utf-8")
+        per_piece = [i for p in regex.split(model, stretch) for i in llamacpp_tokenizer.encode(llm, p, False)]
+        if per_piece != seg:
+            crossed = stretch
+            break
+    if crossed is None:
+        return None
+    new = sorted({f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) == "Cn"})
+    why = (
+        f"; code points unassigned in older Unicode data (Python's unicodedata {unicodedata.unidata_version}) "
+        f"but classified by regex {regex.version().split()[-1]}: {', '.join(new)} — Unicode-version skew"
+        if new
+        else ""
+    )
+    return f"llama.cpp's pre-tokenizer split differs from CPython regex's in {crossed[:60]!r}{why}"
+
+
+def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
+    if model.id in _encoded:
+        return _encoded[model.id]
+    llama = reference("llamacpp")
+    llm = llama.llama(model, vocab_only=True)
+    refs = cross_references(reference, model)
+    out: dict[str, Any] = {}
+    for cid, c in cases().items():
+        for mode, parse_special in MODES.items():
+            ids = llama.encode(model, c["text"], parse_special)
+            case: dict[str, Any] = {"text": c["text"], "parse_special": parse_special, "ids": ids}
+            split_skew = split_disagreement(reference("regex"), model, llm, c["text"], ids)
+            if split_skew:
+                case["disagreement"] = split_skew
+            for name, ref in refs.items():
+                other = ref.encode(model, c["text"], parse_special)
+                if other != ids:
+                    case.setdefault("sources", {})[name] = other
+                    case.setdefault(
+                        "disagreement", explain(model, llm, name, ref, c["text"], parse_special, ids, other)
+                    )
+            out[f"{cid}/{mode}"] = case
+    _encoded[model.id] = out
+    return out
+
+
+def test_record_encode(request, snapshot, reference, model_id, model):
+    recorded = encode_cases(reference, model)
+    names = {"llamacpp": "llama_tokenize(add_special=False, parse_special=<case>) on the GGUF"}
+    for name in cross_references(reference, model):
+        names[name] = {
+            "hf": "cross-check: tokenizers.Tokenizer (tokenizer.json, or transformers' GGUF conversion)"
+            ".encode(add_special_tokens=False, encode_special_tokens=not parse_special)",
+            "tiktoken": "cross-check: tiktoken Encoding(.tiktoken ranks, Qwen3.5 pattern and specials)",
+        }[name]
+    snapshots.record(
+        request,
+        snapshot,
+        reference("llamacpp"),
+        model,
+        "encode",
+        recorded,
+        references=names,
+        packages=("llama-cpp-python", "tokenizers", "transformers", "tiktoken"),
+    )
+
+
+def test_record_decode(request, snapshot, reference, model_id, model):
+    llama = reference("llamacpp")
+    llm = llama.llama(model, vocab_only=True)
+    tiktoken = reference("tiktoken") if model.tiktoken is not None else None
+    recorded: dict[str, Any] = {}
+    partial: dict[str, list[int]] = {}
+    for cid, case in encode_cases(reference, model).items():
+        if not case["parse_special"]:
+            continue  # the special-parsing ids cover every token the plain ones use, and more
+        ids = case["ids"]
+        data = llama.decode(model, ids)
+        assert data == case["text"].encode("utf-8"), (
+            f"{model_id}/{cid}: llama.cpp does not round-trip the text"
+        )
+        recorded[cid.removesuffix("/special")] = {"ids": ids, "hex": data.hex()}
+        for i in ids:
+            piece = llamacpp_tokenizer.token_to_piece(llm, i)
+            if len(partial) < PARTIAL_TOKEN_CASES and f"token-{i}" not in partial:
+                try:
+                    piece.decode("utf-8")
+                except UnicodeDecodeError:
+                    partial[f"token-{i}"] = [i]
+    for cid, ids in partial.items():
+        recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
+    if tiktoken is not None:
+        for case in recorded.values():
+            other = tiktoken.decode(model, case["ids"]).hex()
+            if other != case["hex"]:
+                case["disagreement"] = (
+                    f"tiktoken decode_bytes gives {other} where llama.cpp gives {case['hex']}"
+                )
+    snapshots.record(
+        request,
+        snapshot,
+        llama,
+        model,
+        "decode",
+        recorded,
+        references={
+            "llamacpp": "b''.join(llama_token_to_piece(id, special=True)) on the GGUF",
+            **({"tiktoken": "cross-check: Encoding.decode_bytes"} if tiktoken else {}),
+        },
+        packages=("llama-cpp-python", "tiktoken"),
+    )
