@@ -9,6 +9,7 @@ first run on a machine builds it.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import nox
@@ -74,8 +75,11 @@ def parity(session: nox.Session) -> None:
         extras = ""
     install(session, ",".join(filter(None, [extras, "report"])))
     fetch_models(session, tiny=False)
-    session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--junitxml",
-                f"reports/parity-{(impl or 'oracle').replace('/', '_').replace(':', '_')[:60]}.xml", *args)
+    # The same file stem as specgate.report uses for the .md/.json/.png beside it.
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", impl or "oracle").strip("_")[:80] or "impl"
+    session.run(
+        "pytest", "tests/gates", "-p", "no:cacheprovider", "--junitxml", f"reports/parity-{stem}.xml", *args
+    )
 
 
 @nox.session
@@ -83,8 +87,14 @@ def snapshots(session: nox.Session) -> None:
     """Regenerate reference snapshots from the live references (after a model update)."""
     install(session, "references")
     fetch_models(session, tiny=True)
-    session.run("pytest", "tests/references", "--live-references", "--snapshot-update", "--snapshot-warn-unused",
-                *session.posargs)
+    session.run(
+        "pytest",
+        "tests/references",
+        "--live-references",
+        "--snapshot-update",
+        "--snapshot-warn-unused",
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -80,7 +80,9 @@ class HFEngine(Engine):
         """transformers float32 logits on the GGUF's dequantized weights (model loaded once)."""
         from impl import hf_forward
 
-        load = hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        load = (
+            hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        )
         return hf_forward.logits(self._memo("forward", model, lambda: load(model.gguf)), ids)
 
     def release_forward(self, model: ModelRef) -> None:
@@ -90,11 +92,11 @@ class HFEngine(Engine):
     # --- sampler stage (sample / generate) ------------------------------------------
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         """Greedy only: transformers ``generate(do_sample=False)`` on the GGUF's f32 weights."""
-        from impl import hf_generate
-
-        from impl import hf_forward
+        from impl import hf_forward, hf_generate
 
         # the very model the forward stage loads (same memo: one load per session)
-        load = hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        load = (
+            hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
+        )
         lm = self._memo("forward", model, lambda: load(model.gguf))
         return hf_generate.generate(lm, self._tokenizer(model), lambda t: self.decode(model, t), ids, params)

@@ -50,7 +50,9 @@ def metadata_from_transformers(model: ModelRef) -> dict[str, Any]:
         # head_dim as the model class will use it: the config class's own default applies
         # when the GGUF conversion does not map a key for it.
         config = AutoConfig.for_model(model_type, **{k: v for k, v in raw.items() if k != "model_type"})
-        hparams["head_dim"] = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        hparams["head_dim"] = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
         rope = getattr(config, "rope_parameters", None) or {}
         if "rope_base" not in hparams and isinstance(rope, dict) and "rope_theta" in rope:
             hparams["rope_base"] = rope["rope_theta"]

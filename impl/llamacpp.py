@@ -36,7 +36,7 @@ class LlamaCppEngine(Engine):
     def llama(self, model: ModelRef, vocab_only: bool) -> Any:
         """A session-shared ``llama_cpp.Llama`` for ``model``; vocab-only models
         (no tensors) can only be opened vocab-only."""
-        vocab_only = vocab_only or model.role != "full-weights" and not model.id.startswith("tiny-")
+        vocab_only = vocab_only or (model.role != "full-weights" and not model.id.startswith("tiny-"))
         key = (str(model.gguf), vocab_only)
         if key not in self._models:
             import llama_cpp
@@ -103,6 +103,10 @@ class LlamaCppEngine(Engine):
         """llama.cpp's logits for every position of ``ids`` on the same GGUF."""
         from impl import llamacpp_forward
 
+        key = (str(model.gguf), False)
+        if key not in self._models:  # logits_all keeps n_ctx × n_vocab floats: one such context at a time
+            for other in [k for k in self._models if not k[1]]:
+                self._models.pop(other).close()
         return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
 
     def release_forward(self, model: ModelRef) -> None:

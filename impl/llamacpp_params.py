@@ -27,7 +27,11 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
 
     def single_id(text: str) -> int | None:
         ids = llm.tokenize(text.encode(), add_bos=False, special=True)
-        return ids[0] if len(ids) == 1 and text in llm.detokenize(ids, special=True).decode("utf-8", "replace") else None
+        return (
+            ids[0]
+            if len(ids) == 1 and text in llm.detokenize(ids, special=True).decode("utf-8", "replace")
+            else None
+        )
 
     hparams = {"n_vocab": C.llama_vocab_n_tokens(vocab)}
     if has_weights:
@@ -50,7 +54,9 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
             "bos": token(C.llama_vocab_bos),
             "eos": token(C.llama_vocab_eos),
             "im_start": single_id("<|im_start|>"),
-            "im_end": token(C.llama_vocab_eot) if token(C.llama_vocab_eot) is not None else token(C.llama_vocab_eos),
+            "im_end": token(C.llama_vocab_eot)
+            if token(C.llama_vocab_eot) is not None
+            else token(C.llama_vocab_eos),
             "add_bos": bool(C.llama_vocab_get_add_bos(vocab)),
         },
     }

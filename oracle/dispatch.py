@@ -84,7 +84,9 @@ def _hparams(gguf: GGUFFile, arch: str, n_vocab: int) -> Hparams | None:
     n_head = int(_require(gguf, prefix + "attention.head_count"))
     n_head_kv = int(gguf.get(prefix + "attention.head_count_kv", n_head))
     if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
-        raise UnsupportedModel(f"{gguf.path}: head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+        raise UnsupportedModel(
+            f"{gguf.path}: head_count {n_head} is not a multiple of head_count_kv {n_head_kv}"
+        )
     head_dim = int(gguf.get(prefix + "attention.key_length", n_embd // n_head))
     return Hparams(
         n_layer=int(_require(gguf, prefix + "block_count")),
@@ -107,7 +109,9 @@ def _special(gguf: GGUFFile, tokens: list[str]) -> SpecialTokens:
         if value is None:
             return None
         if not 0 <= int(value) < len(tokens):
-            raise UnsupportedModel(f"{gguf.path}: tokenizer.ggml.{key}_token_id {value} is outside the vocabulary")
+            raise UnsupportedModel(
+                f"{gguf.path}: tokenizer.ggml.{key}_token_id {value} is outside the vocabulary"
+            )
         return int(value)
 
     def lookup(text: str) -> int | None:
@@ -118,7 +122,9 @@ def _special(gguf: GGUFFile, tokens: list[str]) -> SpecialTokens:
 
     eos = token_id("eos")
     if eos is None:
-        raise UnsupportedModel(f"{gguf.path}: tokenizer.ggml.eos_token_id is missing; no stop token to generate with")
+        raise UnsupportedModel(
+            f"{gguf.path}: tokenizer.ggml.eos_token_id is missing; no stop token to generate with"
+        )
     im_end = lookup("<|im_end|>")
     return SpecialTokens(
         bos=token_id("bos"),

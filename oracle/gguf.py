@@ -107,7 +107,9 @@ class _Cursor:
         try:
             return str(raw, "utf-8")
         except UnicodeDecodeError as exc:
-            raise GGUFError(f"{self.path}: {what} is not valid UTF-8 at offset {self.pos - len(raw)}: {exc}") from None
+            raise GGUFError(
+                f"{self.path}: {what} is not valid UTF-8 at offset {self.pos - len(raw)}: {exc}"
+            ) from None
 
     def strings(self, n: int, what: str) -> list[str]:
         """``n`` strings in one tight loop: vocabularies hold ~150k of them."""
@@ -118,13 +120,19 @@ class _Cursor:
                 (length,) = unpack(buf, pos)
                 pos += 8
                 if pos + length > end:
-                    raise GGUFError(f"{self.path}: truncated file: {what}[{len(out)}] of {length} bytes at offset {pos}")
+                    raise GGUFError(
+                        f"{self.path}: truncated file: {what}[{len(out)}] of {length} bytes at offset {pos}"
+                    )
                 append(str(buf[pos : pos + length], "utf-8"))
                 pos += length
         except struct.error:
-            raise GGUFError(f"{self.path}: truncated file: {what}[{len(out)}] length at offset {pos}") from None
+            raise GGUFError(
+                f"{self.path}: truncated file: {what}[{len(out)}] length at offset {pos}"
+            ) from None
         except UnicodeDecodeError as exc:
-            raise GGUFError(f"{self.path}: {what}[{len(out)}] is not valid UTF-8 at offset {pos}: {exc}") from None
+            raise GGUFError(
+                f"{self.path}: {what}[{len(out)}] is not valid UTF-8 at offset {pos}: {exc}"
+            ) from None
         self.pos = pos
         return out
 
@@ -184,7 +192,9 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: bad magic {magic!r}, expected {MAGIC!r}: not a GGUF file")
         self.version = cur.u32("version")
         if self.version not in SUPPORTED_VERSIONS:
-            raise GGUFError(f"{self.path}: unsupported GGUF version {self.version} (supported: {SUPPORTED_VERSIONS})")
+            raise GGUFError(
+                f"{self.path}: unsupported GGUF version {self.version} (supported: {SUPPORTED_VERSIONS})"
+            )
         n_tensors = cur.count("tensor count", 4 + 8 + 4 + 8)
         n_kv = cur.count("metadata count", 8 + 4)
 
@@ -199,7 +209,11 @@ class GGUFFile:
             self.metadata[key], self.types[key] = value, _type_name(vtype, value)
 
         self.alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(self.alignment, int) or self.alignment <= 0 or self.alignment & (self.alignment - 1):
+        if (
+            not isinstance(self.alignment, int)
+            or self.alignment <= 0
+            or self.alignment & (self.alignment - 1)
+        ):
             raise GGUFError(f"{self.path}: general.alignment {self.alignment!r} is not a power of two")
 
         infos = []
@@ -207,7 +221,9 @@ class GGUFFile:
             name = cur.string(f"tensor name #{i}")
             n_dims = cur.u32(f"dimension count of tensor {name!r}")
             if not 1 <= n_dims <= MAX_DIMS:
-                raise GGUFError(f"{self.path}: tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
+                raise GGUFError(
+                    f"{self.path}: tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)"
+                )
             ne = [cur.u64(f"dimension of tensor {name!r}") for _ in range(n_dims)]
             ggml_type = cur.u32(f"type of tensor {name!r}")
             rel = cur.u64(f"offset of tensor {name!r}")
@@ -225,7 +241,9 @@ class GGUFFile:
             n_elems = int(np.prod(ne, dtype=object))
             nbytes = n_elems // block * type_size
             if rel % self.alignment:
-                raise GGUFError(f"{self.path}: tensor {name!r} data offset {rel} is not aligned to {self.alignment}")
+                raise GGUFError(
+                    f"{self.path}: tensor {name!r} data offset {rel} is not aligned to {self.alignment}"
+                )
             if not self.header_only and data_start + rel + nbytes > self.size:
                 raise GGUFError(
                     f"{self.path}: tensor {name!r} data [{data_start + rel}, {data_start + rel + nbytes}) "

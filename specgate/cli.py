@@ -1,10 +1,10 @@
 """``specgate`` command line: the models cache and serving an adapter over the process protocol.
 
-  specgate models fetch [ID ...]   download, assemble, verify and derive into the cache
-  specgate models tiny             generate the tiny Qwen2/Qwen3 models in every tensor type
-  specgate models list             what the manifest holds and what is cached
-  specgate models path ID          the cached GGUF's path
-  specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
+specgate models fetch [ID ...]   download, assemble, verify and derive into the cache
+specgate models tiny             generate the tiny Qwen2/Qwen3 models in every tensor type
+specgate models list             what the manifest holds and what is cached
+specgate models path ID          the cached GGUF's path
+specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def _models(args: argparse.Namespace) -> int:
         try:
             for model_id in args.ids or list(manifest):
                 if model_id not in manifest:
-                    raise model_cache.ModelError(f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}")
+                    raise model_cache.ModelError(
+                        f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}"
+                    )
                 fetch(manifest[model_id])
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -61,8 +63,9 @@ def _engine(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="specgate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("models", help="the models cache")
     m.add_argument("action", choices=["fetch", "tiny", "list", "path"])

@@ -36,12 +36,21 @@ def reference_disagreement(reason: str) -> None:
     pytest.skip(f"{DISAGREE_TAG} {reason}")
 
 
-def call(engine: Engine, capability: str, *args: Any, method: str | None = None, **kwargs: Any) -> Any:
+def call(
+    engine: Engine,
+    capability: str,
+    *args: Any,
+    method: str | None = None,
+    refusal_expected: bool = False,
+    **kwargs: Any,
+) -> Any:
     """Invoke one stage of the engine under test (``method`` defaults to the
     capability's name; ``render_template`` belongs to the ``render`` capability).
 
     A capability the engine does not declare, or an input it refuses with
-    ``Unsupported`` (e.g. a vocabulary it cannot load), is ``n/a``. Any exception other than
+    ``Unsupported`` (e.g. a vocabulary it cannot load), is ``n/a`` — unless the gate
+    checks refusals itself (``refusal_expected``: a template the reference refuses
+    must be refused), then ``Unsupported`` propagates. Any exception other than
     an assertion becomes ``EngineError`` (outcome ``error``) naming the stage, so a
     crashing engine never aborts the run.
     """
@@ -49,7 +58,9 @@ def call(engine: Engine, capability: str, *args: Any, method: str | None = None,
         not_applicable(f"{engine.name} does not offer {capability!r}")
     try:
         return getattr(engine, method or capability)(*args, **kwargs)
-    except Unsupported as exc:  # a stated refusal of this model/input: not offered here
+    except Unsupported as exc:
+        if refusal_expected:
+            raise
         not_applicable(f"{engine.name} does not support this {capability} input: {exc}")
     except EngineError:
         raise
@@ -67,7 +78,10 @@ def first_divergence(
     rendered by ``show`` on both sides (e.g. token id -> its piece)."""
     if list(expected) == list(got):
         return None
-    i = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    i = next(
+        (k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
+        min(len(expected), len(got)),
+    )
     lo = max(0, i - context)
 
     def window(seq: Sequence[Any]) -> str:
@@ -94,7 +108,10 @@ def text_diff(expected: str, got: str, names: tuple[str, str] = ("reference", "e
     first differing character offset."""
     if expected == got:
         return None
-    i = next((k for k, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    i = next(
+        (k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
+        min(len(expected), len(got)),
+    )
     diff = difflib.unified_diff(
         visible(expected).splitlines(keepends=True),
         visible(got).splitlines(keepends=True),
@@ -102,6 +119,6 @@ def text_diff(expected: str, got: str, names: tuple[str, str] = ("reference", "e
         tofile=names[1],
     )
     return (
-        f"first differing character at offset {i}: reference {expected[i:i + 20]!r} vs engine {got[i:i + 20]!r}\n"
+        f"first differing character at offset {i}: reference {expected[i : i + 20]!r} vs engine {got[i : i + 20]!r}\n"
         + "".join(diff)
     )

@@ -112,10 +112,14 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
         folder = model_dir(spec)
         gguf = folder / entry.file
         if not gguf.exists():
-            raise ModelError(f"model {spec!r} is not in the cache ({gguf}); run: specgate models fetch {spec}")
-        digest = (folder / (entry.file + ".sha256")).read_text().strip() if (
-            folder / (entry.file + ".sha256")
-        ).exists() else (entry.expected_gguf_sha256 or _file_sha256_cached(gguf))
+            raise ModelError(
+                f"model {spec!r} is not in the cache ({gguf}); run: specgate models fetch {spec}"
+            )
+        digest = (
+            (folder / (entry.file + ".sha256")).read_text().strip()
+            if (folder / (entry.file + ".sha256")).exists()
+            else (entry.expected_gguf_sha256 or _file_sha256_cached(gguf))
+        )
 
         def beside(name: str) -> Path | None:
             return folder / name if (folder / name).exists() else None
@@ -137,7 +141,9 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
         if not path.is_file():
             raise ModelError(f"--model {spec!r}: no such GGUF file")
         return ModelRef(id=path.stem, gguf=path, sha256=_file_sha256_cached(path), role="user")
-    raise ModelError(f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf")
+    raise ModelError(
+        f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf"
+    )
 
 
 def _tiny_ref(spec: str) -> ModelRef | None:

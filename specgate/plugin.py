@@ -23,15 +23,26 @@ from specgate.gate import DISAGREE_TAG, NA_TAG
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specgate")
-    group.addoption("--impl", default=os.environ.get("SPECGATE_IMPL", "oracle"),
-                    help="engine under test: oracle | hf | llamacpp | cmd:<command> | http:<url> | module:Class")
-    group.addoption("--model", action="append", default=[],
-                    help="manifest id or path to a GGUF (repeatable); default: every cached manifest model")
-    group.addoption("--models", default="",
-                    help="comma-separated manifest ids or GGUF paths (same as repeating --model)")
+    group.addoption(
+        "--impl",
+        default=os.environ.get("SPECGATE_IMPL", "oracle"),
+        help="engine under test: oracle | hf | llamacpp | cmd:<command> | http:<url> | module:Class",
+    )
+    group.addoption(
+        "--model",
+        action="append",
+        default=[],
+        help="manifest id or path to a GGUF (repeatable); default: every cached manifest model",
+    )
+    group.addoption(
+        "--models", default="", help="comma-separated manifest ids or GGUF paths (same as repeating --model)"
+    )
     group.addoption("--stages", default="", help="comma-separated stages to gate (default: all)")
-    group.addoption("--live-references", action="store_true",
-                    help="also check against live references (transformers, llama.cpp, tiktoken)")
+    group.addoption(
+        "--live-references",
+        action="store_true",
+        help="also check against live references (transformers, llama.cpp, tiktoken)",
+    )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
 
 
@@ -49,7 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def selected_models(config: pytest.Config) -> list[str]:
     chosen = list(config.getoption("--model"))  # includes --models (see pytest_configure)
-    return chosen if chosen else model_cache.cached_models()
+    return chosen if chosen else [*model_cache.cached_models(), *model_cache.cached_tiny_models()]
 
 
 def selected_stages(config: pytest.Config) -> set[str] | None:
@@ -178,11 +189,15 @@ def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None) -> tu
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         reason = reason.removeprefix("Skipped: ")
         if reason.startswith(DISAGREE_TAG):
-            return "reference-disagreement", reason[len(DISAGREE_TAG):].strip()
+            return "reference-disagreement", reason[len(DISAGREE_TAG) :].strip()
         return "n/a", reason.removeprefix(NA_TAG).strip()
     if call is not None and call.excinfo is not None and call.excinfo.errisinstance(EngineError):
         return "error", str(call.excinfo.value)
-    if call is not None and call.excinfo is not None and call.excinfo.errisinstance((AssertionError, Unsupported)):
+    if (
+        call is not None
+        and call.excinfo is not None
+        and call.excinfo.errisinstance((AssertionError, Unsupported))
+    ):
         # The gate's own message (model, case, stage, first divergence), without the traceback.
         return "fail", str(call.excinfo.value)
     return "fail", report.longreprtext
@@ -204,8 +219,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         verdict, message = classify(report, call)
         metrics = dict(p for p in item.user_properties if isinstance(p, tuple) and p[0].startswith("metric:"))
         item.config.stash[RESULTS].records.append(
-            GateRecord(marker.args[0], model_id, verdict, item.nodeid, message,
-                       {k.removeprefix("metric:"): v for k, v in metrics.items()})
+            GateRecord(
+                marker.args[0],
+                model_id,
+                verdict,
+                item.nodeid,
+                message,
+                {k.removeprefix("metric:"): v for k, v in metrics.items()},
+            )
         )
 
 

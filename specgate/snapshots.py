@@ -70,7 +70,9 @@ def load(model: ModelRef, stage: str) -> dict[str, Any]:
     """The snapshot's cases for ``model``/``stage``, after checking its provenance."""
     path = path_for(model.id, stage)
     if not path.exists():
-        raise SnapshotError(f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {REGENERATE}")
+        raise SnapshotError(
+            f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {REGENERATE}"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         prov, cases = data["provenance"], data["cases"]
@@ -136,15 +138,19 @@ def record(
     stored cases, so a drifted reference or model is caught.
     """
     if not getattr(reference, "is_reference", False):
-        raise SnapshotError(f"refusing to write a snapshot from {getattr(reference, 'name', reference)!r}: "
-                            "only reference adapters may record snapshots")
+        raise SnapshotError(
+            f"refusing to write a snapshot from {getattr(reference, 'name', reference)!r}: "
+            "only reference adapters may record snapshots"
+        )
     if request.config.option.update_snapshots:
         data = {"provenance": provenance(model, references, packages), "cases": cases}
         assert data == snapshot.use_extension(_extension_for(model.id, stage))
         return
     stored = load(model, stage)
     missing = sorted(set(stored) ^ set(cases))
-    assert not missing, f"{model.id}/{stage}: case ids differ between snapshot and live reference: {missing[:10]}"
+    assert not missing, (
+        f"{model.id}/{stage}: case ids differ between snapshot and live reference: {missing[:10]}"
+    )
     changed = [k for k in cases if json.loads(json.dumps(cases[k])) != stored[k]]
     assert not changed, (
         f"{model.id}/{stage}: the live reference no longer matches the snapshot for {len(changed)} cases, "

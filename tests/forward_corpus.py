@@ -44,10 +44,6 @@ def prompts_for(model_id: str) -> dict[str, dict[str, object]]:
 
 def forward_models(config: pytest.Config) -> list[str]:
     """Models with weights: the --model selection, else every cached one plus the tiny ones."""
-    chosen = (
-        selected_models(config)
-        if config.getoption("--model")
-        else [*model_cache.cached_models(), *model_cache.cached_tiny_models()]
-    )
+    chosen = selected_models(config)
     manifest = model_cache.load_manifest()
     return [m for m in chosen if m not in manifest or manifest[m].role == "full-weights"]

@@ -69,8 +69,14 @@ def real_header_sample(source: Path, dest: Path, max_array: int = 300) -> Path:
     arch = g.metadata["general.architecture"]
     w = GGUFWriter(str(dest), arch)
     writers = {
-        "uint32": w.add_uint32, "int32": w.add_int32, "float32": w.add_float32, "bool": w.add_bool,
-        "string": w.add_string, "uint64": w.add_uint64, "int64": w.add_int64, "float64": w.add_float64,
+        "uint32": w.add_uint32,
+        "int32": w.add_int32,
+        "float32": w.add_float32,
+        "bool": w.add_bool,
+        "string": w.add_string,
+        "uint64": w.add_uint64,
+        "int64": w.add_int64,
+        "float64": w.add_float64,
     }
     for key, value in g.metadata.items():
         kind = g.types[key]

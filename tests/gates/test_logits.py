@@ -39,12 +39,14 @@ pytestmark = pytest.mark.gate("logits")
 TIGHT_MAX_ABS_TINY = 3e-4  # measured worst 7.4e-5 (tiny-qwen2-tied-q4_k); 1.2e-5..3.2e-5 on the others
 TIGHT_MAX_ABS_REAL = 5e-3  # measured worst 1.3e-3 (qwen2.5-coder-0.5b)
 STORAGE_KL = 1e-6  # KL noise from 7-significant-digit log-probs in the snapshot
-# Loose, vs llama.cpp. Measured llama.cpp vs transformers on the same GGUFs (per model, over
-# the prompts; also stored per prompt in the snapshot as "llamacpp_vs_hf"): tiny quantized
-# models max |Δlogit| 0.09 (bf16) .. 0.59 (q4_k), mean KL 6e-5 .. 1.8e-3, per-position KL
-# ≤ 7.6e-3, top-1 agreement 94-99 %; the 0.5B model max |Δlogit| 0.39, KL ≤ 4e-3, top-1 14/15.
-LOOSE_KL_MEAN = 1e-2  # > every measured per-position KL
-LOOSE_TIE_MARGIN = 1.0  # ≈ 2 × the worst |Δlogit|: both top logits can move that much
+# Loose, vs llama.cpp. Measured llama.cpp vs transformers on the same GGUFs (per prompt in the
+# snapshot as "llamacpp_vs_hf"): tiny quantized models max |Δlogit| 0.09 (bf16) .. 0.59 (q4_k),
+# per-model mean KL 6e-5 .. 1.8e-3, top-1 94-99 %; the 0.5B model max |Δlogit| 0.36 .. 0.86 on
+# most prompts, per-prompt mean KL 3.5e-4 .. 1.9e-3, but on the non-Latin prompts (chat_zh,
+# raw_multilingual) max |Δlogit| 5.3 / 2.1 and mean KL 6.2e-3 / 5.4e-3 (1.04e-2 as the
+# snapshot's top-64 bound of KL(llama.cpp ‖ oracle) on chat_zh); top-1 14/15 while planning.
+LOOSE_KL_MEAN = 2e-2  # ≈ 2 × the worst measured per-prompt mean (chat_zh on the 0.5B model)
+LOOSE_TIE_MARGIN = 1.0  # ≈ 2 × the usual worst |Δlogit| (0.4-0.6): both top logits can move that much
 LOOSE_TOP1 = 0.95  # top-1 agreement once near ties are excused
 
 
@@ -63,8 +65,16 @@ def tight_tolerance(model_id: str) -> float:
     return TIGHT_MAX_ABS_TINY if is_tiny(model_id) else TIGHT_MAX_ABS_REAL
 
 
+_last: dict[tuple[str, str, tuple[int, ...]], np.ndarray] = {}
+
+
 def engine_logits(engine: Any, model: Any, case: dict[str, Any], label: str) -> np.ndarray:
-    got = np.asarray(call(engine, "logits", model, case["ids"]), dtype=np.float32)
+    """The engine's logits for the case's prompt; the two gates of a case share one call."""
+    key = (engine.name, model.id, tuple(case["ids"]))
+    if key not in _last:
+        _last.clear()
+        _last[key] = np.asarray(call(engine, "logits", model, case["ids"]), dtype=np.float32)
+    got = _last[key]
     assert got.ndim == 2 and got.shape[0] == len(case["ids"]), (
         f"{label}: logits shape {got.shape}, expected [{len(case['ids'])}, n_vocab]"
     )

@@ -50,7 +50,7 @@ def refused(
 ) -> tuple[str | None, str]:
     """``(None, message)`` when the engine refuses; ``(output, "")`` when it renders."""
     try:
-        return call(engine, capability, *args, method=method, **kwargs), ""
+        return call(engine, capability, *args, method=method, refusal_expected=True, **kwargs), ""
     except (Unsupported, EngineError) as exc:
         return None, str(exc)
 

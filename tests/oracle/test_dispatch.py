@@ -24,7 +24,10 @@ def test_qwen2_reads_hparams_and_tied_embeddings(tmp_path):
 
 
 def test_output_weight_present_means_untied(tmp_path):
-    tensors = {"token_embd.weight": np.ones((6, 64), np.float32), "output.weight": np.ones((6, 64), np.float32)}
+    tensors = {
+        "token_embd.weight": np.ones((6, 64), np.float32),
+        "output.weight": np.ones((6, 64), np.float32),
+    }
     assert spec(tmp_path, tensors=tensors).hparams.tied_embeddings is False
 
 

@@ -35,7 +35,12 @@ def gguf_py_view(path: Path) -> tuple[dict, dict]:
     reader = gguf_py_reader(path)
     meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
     tensors = {
-        t.name: (tuple(int(d) for d in reversed(t.shape)), int(t.tensor_type), int(t.data_offset), int(t.n_bytes))
+        t.name: (
+            tuple(int(d) for d in reversed(t.shape)),
+            int(t.tensor_type),
+            int(t.data_offset),
+            int(t.n_bytes),
+        )
         for t in reader.tensors
     }
     return meta, tensors
@@ -53,7 +58,9 @@ def test_metadata_and_tensor_table_equal_gguf_py(model_id, model):
     for key, value in meta.items():
         mine = plain(ours.metadata[key])
         if isinstance(value, float):
-            assert mine == pytest.approx(value, rel=0, abs=0), f"{model_id}: {key}: {mine!r} != gguf-py {value!r}"
+            assert mine == pytest.approx(value, rel=0, abs=0), (
+                f"{model_id}: {key}: {mine!r} != gguf-py {value!r}"
+            )
         else:
             assert mine == value, f"{model_id}: {key}: oracle {str(mine)[:200]} != gguf-py {str(value)[:200]}"
     mine_tensors = {t.name: (t.shape, t.ggml_type, t.offset, t.nbytes) for t in ours.tensors.values()}
@@ -97,8 +104,12 @@ def test_metadata_load_time_within_2x_of_llama_cpp(record_property):
     record_property("gguf_load_s", min(ours))
     record_property("llama_vocab_load_s", min(theirs))
     record_property("ratio", ratio)
-    print(f"\nmetadata load: oracle {min(ours):.3f}s, llama.cpp vocab-only {min(theirs):.3f}s, ratio {ratio:.2f}")
-    assert ratio <= 2.0, f"oracle metadata load {min(ours):.3f}s is {ratio:.2f}x llama.cpp's {min(theirs):.3f}s"
+    print(
+        f"\nmetadata load: oracle {min(ours):.3f}s, llama.cpp vocab-only {min(theirs):.3f}s, ratio {ratio:.2f}"
+    )
+    assert ratio <= 2.0, (
+        f"oracle metadata load {min(ours):.3f}s is {ratio:.2f}x llama.cpp's {min(theirs):.3f}s"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -157,8 +168,10 @@ def test_absurd_array_length_is_refused_without_allocating(tmp_path):
 
 
 def test_misaligned_tensor_offset(tmp_path):
-    path = write_gguf(tmp_path / "t.gguf", tensors={"a.weight": np.ones((4, 32), np.float32),
-                                                  "b.weight": np.ones((4, 32), np.float32)})
+    path = write_gguf(
+        tmp_path / "t.gguf",
+        tensors={"a.weight": np.ones((4, 32), np.float32), "b.weight": np.ones((4, 32), np.float32)},
+    )
     data = bytearray(path.read_bytes())
     name = b"b.weight"
     at = data.index(name) + len(name) + 4 + 2 * 8 + 4  # n_dims, 2 dims, type -> offset
@@ -193,7 +206,9 @@ def corruptions(size: int) -> st.SearchStrategy:
     return st.one_of(
         st.tuples(st.just("flip"), st.lists(st.tuples(pos, st.integers(0, 255)), min_size=1, max_size=8)),
         st.tuples(st.just("truncate"), st.integers(0, size - 1)),
-        st.tuples(st.just("u64"), st.tuples(pos, st.sampled_from([0, 1, 2**31, 2**32 + 7, 2**63 - 1, 2**64 - 1]))),
+        st.tuples(
+            st.just("u64"), st.tuples(pos, st.sampled_from([0, 1, 2**31, 2**32 + 7, 2**63 - 1, 2**64 - 1]))
+        ),
         st.tuples(st.just("insert"), st.tuples(pos, st.binary(min_size=1, max_size=16))),
     )
 
@@ -215,8 +230,11 @@ def corrupt(data: bytes, how: tuple) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=max(500, settings().max_examples), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=max(500, settings().max_examples),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(data=st.data())
 def test_corrupted_real_header_never_escapes_as_another_exception(real_header, tmp_path, data):
     how = data.draw(corruptions(len(real_header)))

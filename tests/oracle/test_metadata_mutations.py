@@ -34,7 +34,11 @@ def _no_im_start(real=dispatch_mod._special):
 MUTATIONS = {
     "rope base defaulted to 10000": ("_hparams", _hparams_replace(rope_base=10000.0), "hparams.rope_base"),
     "kv heads read as query heads": ("_hparams", _hparams_replace(n_head_kv=14), "hparams.n_head_kv"),
-    "tied embeddings inverted": ("_hparams", _hparams_replace(tied_embeddings=True), "hparams.tied_embeddings"),
+    "tied embeddings inverted": (
+        "_hparams",
+        _hparams_replace(tied_embeddings=True),
+        "hparams.tied_embeddings",
+    ),
     "<|im_start|> not looked up": ("_special", _no_im_start(), "special.im_start"),
 }
 
