@@ -23,9 +23,12 @@ def causal_mask(q_positions: np.ndarray, n_keys: int) -> np.ndarray:
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax that subtracts the row maximum first, so exp never overflows."""
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+    """Softmax over ``axis``, in place in ``x`` (returned): subtracting the row maximum
+    first keeps exp from overflowing."""
+    x -= x.max(axis=axis, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=axis, keepdims=True)
+    return x
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
@@ -40,7 +43,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     group = n_head // n_head_kv
     # The queries of one group stacked: one [group*T, d] @ [d, S] product per kv head (BLAS).
     qg = q.reshape(n_head_kv, group * t, d)
-    scores = (qg @ k.transpose(0, 2, 1)).reshape(n_head_kv, group, t, s) / np.float32(np.sqrt(d))
-    scores = np.where(causal_mask(q_positions, s), scores, np.float32(-np.inf))
+    scores = (qg @ k.transpose(0, 2, 1)).reshape(n_head_kv, group, t, s)
+    scores /= np.float32(np.sqrt(d))  # in place, as are the mask and the softmax
+    scores += np.where(causal_mask(q_positions, s), np.float32(0), np.float32(-np.inf))  # [T, S]
     probs = softmax(scores).reshape(n_head_kv, group * t, s)
     return (probs @ v).reshape(n_head, t, d)

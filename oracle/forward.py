@@ -42,8 +42,16 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x), with sigmoid written via tanh so that exp never overflows."""
-    return x * (np.float32(0.5) * (np.float32(1.0) + np.tanh(np.float32(0.5) * x)))
+    """x * sigmoid(x), with sigmoid(x) = (1 + tanh(x / 2)) / 2 so that nothing overflows.
+
+    Computed in one new buffer, in place, in the order x * (0.5 * (1 + tanh(0.5 * x))).
+    """
+    s = np.multiply(x, np.float32(0.5))
+    np.tanh(s, out=s)
+    s += np.float32(1.0)
+    s *= np.float32(0.5)
+    s *= x
+    return s
 
 
 def tensor_names(architecture: str, n_layer: int, tied: bool) -> list[str]:
@@ -157,10 +165,10 @@ class Model:
         hp, w = self.hparams, self.weights
         positions = np.arange(self.n_past, self.n_past + ids.size)
         cos, sin = rope.rope_angles(positions, hp.head_dim, hp.rope_base)
-        x = w.rows("token_embd.weight", ids)
+        x = w.rows("token_embd.weight", ids)  # a new array: the residual stream, updated in place
         for i in range(hp.n_layer):
-            x = x + self._attention_block(i, x, positions, cos, sin)
-            x = x + self._ffn_block(i, x)
+            x += self._attention_block(i, x, positions, cos, sin)
+            x += self._ffn_block(i, x)
         self.cache.advance(ids.size)
         x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
         return w.matmul(x, self.output_name)
@@ -204,4 +212,6 @@ class Model:
         w = self.weights
         h = rms_norm(x, w.get(f"blk.{i}.ffn_norm.weight"), self.hparams.rms_eps)
         gate, up = w.matmul(h, f"blk.{i}.ffn_gate.weight"), w.matmul(h, f"blk.{i}.ffn_up.weight")
-        return w.matmul(silu(gate) * up, f"blk.{i}.ffn_down.weight")
+        h = silu(gate)
+        h *= up
+        return w.matmul(h, f"blk.{i}.ffn_down.weight")

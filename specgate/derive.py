@@ -29,6 +29,7 @@ from typing import Any
 import gguf
 from gguf import GGUFValueType, GGUFWriter, TokenType
 
+from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import open_gguf
 from specgate.models import ModelEntry
 
@@ -98,24 +99,11 @@ def vocab_only_from_gguf_head(sources: Mapping[str, Path], out: Path, entry: Mod
 
 
 def byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte-level alphabet: every byte gets a printable character, so a token's
-    bytes can be written as a string (and merges as "a b" with no ambiguous spaces).
-    Printable Latin-1 bytes stand for themselves; the other 68 take code points from 256 on."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    table = {b: chr(b) for b in printable}
-    extra = 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
+    """GPT-2's byte-level alphabet (the oracle's table; checked against transformers'
+    ``bytes_to_unicode`` in the tests): tokens and merges are spelled with it."""
+    return dict(BYTE_TO_CHAR)
 
 
-# byte b is Latin-1 character b; translating that string spells all bytes in one C call
 _SPELLING = byte_alphabet()
 
 
