@@ -20,7 +20,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(("model_id", "case_id"), gate_params(metafunc.config, "generate"))
 
 
-def test_generate(engine, model, model_id, case_id, record_property):
+def test_generate(engine, model, model_id, case_id, request):
     case = snapshot_cases(model, "generate")[case_id]
     if "disagreement" in case:
         reference_disagreement(case["disagreement"])
@@ -36,13 +36,15 @@ def test_generate(engine, model, model_id, case_id, record_property):
             failure, near_tie = generation.compare_greedy(ref, got, generation.tie_tolerance(model_id, name))
             assert failure is None, f"{label}: engine departs from {name}'s greedy stream: {failure}{text}"
             if near_tie:
-                record_property("metric:near_tie", f"{name}: {near_tie}")
+                request.node.user_properties.append(("metric:near_tie", f"{name}: {near_tie}"))
         return
 
     ref = case["reference"]  # a stop-string case: the stream must first follow the reference
     diverge = next((k for k, (a, b) in enumerate(zip(ref["ids"], got["ids"], strict=False)) if a != b), None)
     if diverge is not None and ref["margins"][diverge] <= generation.tie_tolerance(model_id, "llamacpp"):
-        record_property("metric:near_tie", f"stream parts from the reference at near-tie step {diverge}")
+        request.node.user_properties.append(
+            ("metric:near_tie", f"stream parts from the reference at near-tie step {diverge}")
+        )
         return
     problem = generation.compare_stop_case(case, got)
     assert problem is None, f"{label}, stop {case['params']['stop']!r}: {problem}{text}"
