@@ -46,7 +46,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
 
 
+_live_references = False
+
+
+def model_missing(reason: str) -> None:
+    """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests``,
+    which fetches and generates every model first) that is a broken setup: fail.
+    Otherwise (a partial local run) skip, saying which command provides it."""
+    if _live_references:
+        pytest.fail(f"model missing from the cache: {reason}", pytrace=False)
+    pytest.skip(f"model missing from the cache: {reason}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    global _live_references
+    _live_references = bool(config.getoption("--live-references"))
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
     config.stash[RESULTS] = GateResults(impl=config.getoption("--impl"))
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.

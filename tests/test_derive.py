@@ -23,6 +23,7 @@ import pytest
 from oracle.gguf import open_gguf
 from specgate import derive
 from specgate.models import ModelError, load_manifest, model_ref, sha256_file
+from specgate.plugin import model_missing
 
 CONTROL, USER_DEFINED, NORMAL, UNUSED = 3, 4, 1, 5
 
@@ -44,7 +45,7 @@ def _cached(model_id: str):
     try:
         return model_ref(model_id)
     except ModelError as exc:
-        pytest.skip(f"{exc}")
+        model_missing(str(exc))
 
 
 # -- the byte-level alphabet and the merges of a rank file ---------------------------------------

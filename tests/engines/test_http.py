@@ -25,6 +25,7 @@ import pytest
 from impl.http import HttpEngine
 from impl.protocol import EngineError, ModelRef, Unsupported
 from specgate import models as model_cache
+from specgate.plugin import model_missing
 
 pytest.importorskip("llama_cpp", reason="the http tests need llama-cpp-python (extra 'llamacpp')")
 pytest.importorskip("uvicorn", reason="the http tests need the llama-cpp-python server (extra 'server')")
@@ -51,7 +52,7 @@ def model() -> ModelRef:
     try:
         return model_cache.model_ref(MODEL_ID)
     except model_cache.ModelError as exc:
-        pytest.skip(f"{exc}")
+        model_missing(str(exc))
 
 
 @pytest.fixture(scope="session")

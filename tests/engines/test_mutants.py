@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate import models as model_cache
+from specgate.plugin import model_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = Path(__file__).with_name("mutants")
@@ -112,7 +113,7 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
     cached = {*model_cache.cached_models(), *model_cache.cached_tiny_models()}
     missing = [m for m in mutant.models if m not in cached]
     if missing:
-        pytest.skip(f"models not cached: {missing}; run: specgate models fetch / specgate models tiny")
+        model_missing(f"{missing}; run: specgate models fetch / specgate models tiny")
     impl = f"cmd:{sys.executable} {MUTANTS / (mutant.script + '.py')}"
     cmd = [
         sys.executable,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate import models as model_cache
+from specgate.plugin import model_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
@@ -31,7 +32,7 @@ MODELS = ["qwen2.5-coder-0.5b-instruct", "qwen3-vocab"]
 def _models_cached() -> None:
     missing = [m for m in MODELS if m not in model_cache.cached_models()]
     if missing:
-        pytest.skip(f"models not cached: {missing}; run: specgate models fetch")
+        model_missing(f"{missing}; run: specgate models fetch")
 
 
 def run_gates(

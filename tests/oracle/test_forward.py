@@ -18,7 +18,7 @@ from oracle.forward import ContextOverflow, Model
 from oracle.gguf import open_gguf
 from oracle.weights import UnsupportedTensorType
 from specgate import logit_metrics, models, tiny
-from specgate.plugin import get_model
+from specgate.plugin import get_model, model_missing
 from tests.forward_corpus import prompts_for
 from tests.gates.test_logits import tight_tolerance
 
@@ -30,7 +30,7 @@ SPLIT_TOL = 1e-4
 
 def tiny_model(model_id: str, **kwargs: int) -> Model:
     if model_id not in models.cached_tiny_models():
-        pytest.skip(f"{model_id} not generated (run: specgate models tiny)")
+        model_missing(f"{model_id} (run: specgate models tiny)")
     return Model.from_gguf(get_model(model_id).gguf, **kwargs)
 
 
@@ -148,7 +148,7 @@ def test_bad_token_ids_are_clear_errors(qwen2, ids, message):
 
 def test_vocab_only_gguf_is_refused():
     if "qwen3-vocab" not in models.cached_models():
-        pytest.skip("qwen3-vocab not fetched")
+        model_missing("qwen3-vocab (run: specgate models fetch)")
     with pytest.raises(UnsupportedModel, match="vocab-only"):
         Model.from_gguf(models.model_ref("qwen3-vocab").gguf)
 
@@ -160,7 +160,7 @@ def test_unsupported_tensor_type_is_refused_by_name(tmp_path):
 
     src = get_model("tiny-qwen2-f32").gguf if "tiny-qwen2-f32" in models.cached_tiny_models() else None
     if src is None:
-        pytest.skip("tiny-qwen2-f32 not generated")
+        model_missing("tiny-qwen2-f32 (run: specgate models tiny)")
     out = tmp_path / "q2_k.gguf"
     convert.QUANT_FTYPES["q2_k"] = "LLAMA_FTYPE_MOSTLY_Q2_K"
     try:
@@ -180,7 +180,7 @@ EXPECTED_TYPE = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4
 @pytest.mark.parametrize("model_id", tiny.model_ids())
 def test_tiny_model_holds_its_tensor_type(model_id):
     if model_id not in models.cached_tiny_models():
-        pytest.skip(f"{model_id} not generated")
+        model_missing(f"{model_id} (run: specgate models tiny)")
     family, kind = tiny.parse_id(model_id)
     spec = tiny.FAMILIES[family]
     g = open_gguf(get_model(model_id).gguf, header_only=True)
@@ -211,7 +211,7 @@ LIVE_PROMPTS = ["single_token", "raw_zh", "chat_basic", "long_code_512"]
 def test_oracle_matches_transformers_full_logits(model_id, reference, request):
     hf, llama = reference("hf"), reference("llamacpp")
     if model_id not in models.cached_models() + models.cached_tiny_models():
-        pytest.skip(f"{model_id} not in the cache")
+        model_missing(f"{model_id} (run: specgate models fetch / tiny)")
     model = get_model(model_id)
     from impl.oracle import OracleEngine
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specgate import logit_metrics, snapshots
-from specgate.plugin import get_model
+from specgate.plugin import get_model, model_missing
 from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for
 
 pytestmark = pytest.mark.live
@@ -63,7 +63,7 @@ def test_dequantized_loader_matches_transformers_gguf(reference):
     reference("hf")  # skips unless --live-references
     model_id = "tiny-qwen3-q4_k"  # qwen3 with head_dim != n_embd / n_head, K-quants and fallbacks
     if model_id not in models.cached_tiny_models():
-        pytest.skip(f"{model_id} not generated (specgate models tiny)")
+        model_missing(f"{model_id} (run: specgate models tiny)")
     path = get_model(model_id).gguf
     ids = list(range(9000, 9040))
     a = hf_forward.logits(hf_forward.load_dequantized(path), ids)
