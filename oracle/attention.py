@@ -6,15 +6,26 @@ one kv head. Scores are scaled by ``1 / sqrt(head_dim)``; a query at absolute
 position ``p`` attends to the keys at positions ``0 .. p`` (itself included) and
 never to later ones.
 
-The whole block of new queries is handled at once: queries [n_head, T, d] are
-reshaped to [n_head_kv, group * T, d] — the heads of a group stacked — so that one
-matrix product per kv head against its keys [S, d] serves the whole group: no loop
-over heads or tokens, and plain 2-D products that numpy hands to BLAS.
+A block of new queries is handled at once: queries [n_head, T, d] are reshaped to
+[n_head_kv, group * T, d] — the heads of a group stacked — so that one matrix
+product per kv head against its keys [S, d] serves the whole group: no loop over
+heads or tokens, and plain 2-D products that numpy hands to BLAS.
+
+Two things keep a long prefill cheap without changing what is computed:
+
+* queries go in blocks of ``QUERY_BLOCK``; a block never sees a key after its
+  last query, so those keys are left out of its products altogether — about half
+  of the score matrix of a fresh prompt (its upper triangle) is never formed;
+* the softmax is normalized after the product with the values: dividing the
+  [T, d] output by each row's sum is the same as dividing the [T, S]
+  probabilities, with S / d times fewer divisions.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+QUERY_BLOCK = 64  # measured on a 512-token prefill: 32..128 tie, 256 is ~30% slower
 
 
 def causal_mask(q_positions: np.ndarray, n_keys: int) -> np.ndarray:
@@ -22,29 +33,33 @@ def causal_mask(q_positions: np.ndarray, n_keys: int) -> np.ndarray:
     return np.arange(n_keys)[None, :] <= q_positions[:, None]
 
 
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax over ``axis``, in place in ``x`` (returned): subtracting the row maximum
-    first keeps exp from overflowing."""
-    x -= x.max(axis=axis, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=axis, keepdims=True)
-    return x
-
-
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
     """softmax(q kᵀ / sqrt(d) + causal mask) v.
 
-    q: [n_head, T, d] for the new tokens at ``q_positions``;
+    q: [n_head, T, d] for the new tokens at ``q_positions`` (increasing);
     k, v: [n_head_kv, S, d] for every cached position 0 .. S-1 (new tokens included).
     Returns [n_head, T, d].
     """
+    out = np.empty_like(q)
+    for start in range(0, q.shape[1], QUERY_BLOCK):
+        block = slice(start, start + QUERY_BLOCK)
+        n_keys = int(q_positions[block][-1]) + 1  # keys beyond the block's last query are masked anyway
+        out[:, block] = attend(q[:, block], k[:, :n_keys], v[:, :n_keys], q_positions[block])
+    return out
+
+
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
+    """Attention of one block of queries over keys/values [n_head_kv, S, d]."""
     n_head, t, d = q.shape
     n_head_kv, s, _ = k.shape
     group = n_head // n_head_kv
-    # The queries of one group stacked: one [group*T, d] @ [d, S] product per kv head (BLAS).
-    qg = q.reshape(n_head_kv, group * t, d)
+    # Scaling the queries scales every score: [T, d] multiplications instead of [T, S].
+    qg = (q * np.float32(1 / np.sqrt(d))).reshape(n_head_kv, group * t, d)
     scores = (qg @ k.transpose(0, 2, 1)).reshape(n_head_kv, group, t, s)
-    scores /= np.float32(np.sqrt(d))  # in place, as are the mask and the softmax
     scores += np.where(causal_mask(q_positions, s), np.float32(0), np.float32(-np.inf))  # [T, S]
-    probs = softmax(scores).reshape(n_head_kv, group * t, s)
-    return (probs @ v).reshape(n_head, t, d)
+    # exp(score - row max): the largest term is exp(0) = 1, so nothing overflows.
+    scores -= scores.max(axis=-1, keepdims=True)
+    weights = np.exp(scores, out=scores).reshape(n_head_kv, group * t, s)
+    out = weights @ v
+    out /= weights.sum(axis=-1, keepdims=True)
+    return out.reshape(n_head, t, d)

@@ -42,16 +42,16 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def silu(x: np.ndarray) -> np.ndarray:
-    """x * sigmoid(x), with sigmoid(x) = (1 + tanh(x / 2)) / 2 so that nothing overflows.
+    """x * sigmoid(x) = x / (1 + exp(-x)), computed in one new buffer.
 
-    Computed in one new buffer, in place, in the order x * (0.5 * (1 + tanh(0.5 * x))).
+    For x < -88.7, exp(-x) overflows float32 to inf and x / inf = -0: the true
+    limit (silu(x) -> 0), so the overflow is expected and not reported.
     """
-    s = np.multiply(x, np.float32(0.5))
-    np.tanh(s, out=s)
+    s = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(s, out=s)
     s += np.float32(1.0)
-    s *= np.float32(0.5)
-    s *= x
-    return s
+    return np.divide(x, s, out=s)
 
 
 def tensor_names(architecture: str, n_layer: int, tied: bool) -> list[str]:

@@ -112,13 +112,28 @@ def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> 
     return case
 
 
+def stored_windows(cases: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The model windows a snapshot was recorded on. They are the sampler's inputs: the
+    re-check runs llama.cpp's samplers on exactly these logits, because llama.cpp's
+    forward gives other last bits on another CPU (its drift is the logits stage's
+    re-check), while its samplers on the same logits must give the same candidates."""
+    return {
+        case_id.split("/")[0]: case["logits"]
+        for case_id, case in cases.items()
+        if "/" in case_id and not case_id.startswith("crafted-")
+    }
+
+
 def test_record_sample(request, snapshot, reference, model_id, model):
     if model.id not in WINDOWS["models"]:
         pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(WINDOWS['models'])})")
     if model.role in ("vocab-only", "tokenizer-files"):
         pytest.skip(f"{model_id} has no weights: no logits to sample from")
     llama = reference("llamacpp")
-    inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}
+    if snapshots.recording(request):
+        inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}
+    else:
+        inputs = stored_windows(snapshots.load(model, "sample"))
     specs = {k: v for name, logits in inputs.items() for k, v in grid_cases(name, logits).items()}
     specs.update(crafted_cases())
     cases = {case_id: reference_case(*spec) for case_id, spec in specs.items()}
