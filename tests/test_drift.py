@@ -10,10 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from specgate import generation, logit_metrics, snapshots
-from tests.gates.test_logits import TIGHT_MAX_ABS_TINY
+from specgate import generation, logit_metrics, sampling, snapshots
+from tests.gates.test_logits import LOOSE_TIE_MARGIN, TIGHT_MAX_ABS_TINY
 from tests.references.test_generate import generate_drift
 from tests.references.test_logits import logits_drift
+from tests.references.test_sample import stored_windows, window_drift
 
 MODEL = "tiny-qwen3-f32"
 
@@ -108,3 +109,13 @@ def test_exact_drift_catches_any_change():
     changed["final"]["top"][0][1] += 1e-9
     assert snapshots.exact("crafted-quarters/top-p-exact-0.75", case, copy.deepcopy(case)) is None
     assert snapshots.exact("crafted-quarters/top-p-exact-0.75", case, changed)
+
+
+def test_window_drift_passes_the_stored_window_and_catches_a_moved_logit():
+    window = stored_windows(stored("sample"))["code"]
+    live = sampling.logits_of({"logits": window})
+    assert window_drift("code", window, live) is None
+    live[window["ids"][5]] += 2 * LOOSE_TIE_MARGIN
+    why = window_drift("code", window, live)
+    assert why and f"token {window['ids'][5]}" in why, why
+    assert window_drift("gone", None, live) == "window 'gone' is not in the snapshot"

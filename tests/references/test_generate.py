@@ -157,9 +157,10 @@ def generate_drift(model_id: str) -> snapshots.Drift:
             for name, want in stored["references"].items():
                 got, tolerance = live["references"][name], generation.tie_tolerance(model_id, name)
                 failure, _ = generation.compare_greedy(want, got, tolerance)
-                why = failure or margin_drift(name, want, got, tolerance)
-                if why:
-                    return f"{name}: {why}" if failure else why
+                if failure:
+                    return f"{name}: {failure}"
+                if why := margin_drift(name, want, got, tolerance):
+                    return why
             if ("disagreement" in stored) != ("disagreement" in live):
                 return f"disagreement: snapshot {stored.get('disagreement')!r}, live {live.get('disagreement')!r}"
             return None
