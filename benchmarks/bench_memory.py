@@ -54,7 +54,7 @@ def synthesize(out: Path, vocab_gguf: Path) -> Path:
     from gguf.constants import GGMLQuantizationType as T
 
     from oracle.gguf import open_gguf
-    from specgate.convert import _copy_tokenizer
+    from specgate.convert import copy_tokenizer
 
     if out.exists():
         return out
@@ -74,7 +74,7 @@ def synthesize(out: Path, vocab_gguf: Path) -> Path:
     w.add_head_count_kv(SHAPE["n_head_kv"])
     w.add_rope_freq_base(1e6)
     w.add_layer_norm_rms_eps(1e-6)
-    _copy_tokenizer(w, vocab_gguf)
+    copy_tokenizer(w, vocab_gguf)
 
     def matrix(name: str, rows: int, cols: int, type_name: str) -> None:
         w.add_tensor(name, quantized_blocks(rng, rows, cols, type_name), raw_dtype=T[type_name])

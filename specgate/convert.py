@@ -102,7 +102,7 @@ def hf_to_gguf(checkpoint: Path, out: Path, out_type: str, tokenizer_gguf: Path,
     w.add_value_length(head_dim)
     w.add_rope_freq_base(float(cfg.get("rope_theta") or cfg["rope_parameters"]["rope_theta"]))
     w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
-    _copy_tokenizer(w, tokenizer_gguf)
+    copy_tokenizer(w, tokenizer_gguf)
 
     for hf_name in sorted(tensors, key=_order):
         data = np.ascontiguousarray(tensors[hf_name], dtype=np.float32)
@@ -128,7 +128,7 @@ def _order(hf_name: str) -> tuple[int, str]:
     return (0, hf_name) if "embed" in hf_name else (1 << 20, hf_name)
 
 
-def _copy_tokenizer(w: GGUFWriter, source: Path) -> None:
+def copy_tokenizer(w: GGUFWriter, source: Path) -> None:
     """Every ``tokenizer.*`` key of ``source`` (vocabulary, merges, types, specials, template)."""
     src = open_gguf(source, header_only=True)
     for key, value in src.metadata.items():
