@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from impl import wire
-from impl.protocol import CAPABILITIES, Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 
 STDERR_TAIL = 20  # lines of the engine's stderr quoted in an error message
 MAX_START_FAILURES = 3  # consecutive failed start-ups before giving up for the session
@@ -259,6 +259,19 @@ class CmdEngine(Engine):
         self._ensure_started()
         assert self._hello is not None
         return frozenset(c for c in self._hello["capabilities"] if c in CAPABILITIES)
+
+    @property
+    def classes(self) -> frozenset[str]:  # type: ignore[override]
+        """The conformance classes the handshake claims (``classes``; default
+        ``["quantized"]``); names other than ``exact`` and ``quantized`` are ignored."""
+        self._ensure_started()
+        assert self._hello is not None
+        claimed = self._hello.get("classes", ["quantized"])
+        return (
+            frozenset(c for c in claimed if c in CONFORMANCE_CLASSES)
+            if isinstance(claimed, list)
+            else frozenset()
+        )
 
     def version(self) -> str:
         self._ensure_started()

@@ -15,6 +15,7 @@ from impl.protocol import Engine, ModelRef
 
 class HFEngine(Engine):
     name = "hf"
+    classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights
     is_reference = True
 
     def __init__(self) -> None:

@@ -43,6 +43,7 @@ def _generator(path: Path) -> tuple[Any, Any]:
 
 class OracleEngine(Engine):
     name = "oracle"
+    classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights
 
     def version(self) -> str:
         from specgate import __version__

@@ -30,6 +30,9 @@ CAPABILITIES: tuple[str, ...] = (
 )
 
 
+CONFORMANCE_CLASSES: tuple[str, ...] = ("exact", "quantized")
+
+
 @dataclass(frozen=True)
 class ModelRef:
     """What an adapter is told about a model: where its files are, nothing more.
@@ -80,6 +83,11 @@ class Engine:
 
     name: ClassVar[str] = "engine"
     is_reference: ClassVar[bool] = False
+    #: The conformance classes of the logits and generate stages this engine claims
+    #: (``CONFORMANCE_CLASSES``): ``exact`` — float32 math on the dequantized weights,
+    #: held to transformers' f32 forward; ``quantized`` — llama.cpp-class numerics,
+    #: held to llama.cpp. A class not claimed is ``n/a``.
+    classes: frozenset[str] = frozenset({"quantized"})
 
     @property
     def capabilities(self) -> frozenset[str]:

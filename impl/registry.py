@@ -66,3 +66,35 @@ def resolve(spec: str) -> Engine:
             return cls()
     known = ", ".join([*BUILTINS, "cmd:<command>", "http:<url>", "module:Class"])
     raise UnknownImpl(f"unknown --impl {spec!r}; known: {known}, or a {ENTRY_POINT_GROUP} entry point")
+
+
+def check(spec: str) -> None:
+    """Raise ``UnknownImpl`` with one line when ``--impl spec`` cannot work, without
+    starting anything: an unknown name or class, an unparsable command line, a
+    program that does not exist, a malformed URL or timeout setting. Called before a
+    run so that a usage mistake stops it at once instead of costing every case.
+    (Process and HTTP adapters start or connect lazily, on the first request, so
+    building one only validates its settings.)"""
+    import os
+    import shutil
+
+    from impl.protocol import EngineError
+
+    try:
+        if spec.startswith(("cmd:", "http:")):
+            engine = resolve(spec)
+        elif spec in BUILTINS or ":" in spec:
+            _load_class(BUILTINS.get(spec, spec))
+            return
+        elif any(ep.name == spec for ep in entry_points(group=ENTRY_POINT_GROUP)):
+            return
+        else:
+            resolve(spec)  # raises UnknownImpl naming what is known
+            return
+    except (EngineError, ValueError, TypeError) as exc:
+        raise UnknownImpl(f"--impl {spec!r}: {exc}") from None
+    program = getattr(engine, "argv", [None])[0]
+    if program is not None:
+        found = shutil.which(program) if os.sep not in program else program
+        if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+            raise UnknownImpl(f"--impl {spec!r}: program {program!r} not found or not executable")

@@ -108,6 +108,7 @@ def serve(impl: str | Engine, stdin: Iterable[bytes] | None = None, stdout: IO[s
         "engine": engine.name,
         "version": engine.version(),
         "capabilities": sorted(engine.capabilities),
+        "classes": sorted(engine.classes),
         "ops": implemented_ops(engine),
     }
     out.write(wire.dumps(hello) + "\n")

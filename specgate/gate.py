@@ -3,37 +3,65 @@
 A gate test calls the engine through ``call`` and compares with a reference. Its
 outcome is one of:
 
-  pass · fail (with the first divergence) · n/a (capability not offered — never a
-  pass) · reference-disagreement (the references themselves disagree; recorded with
-  the reason, never an engine failure) · error (the engine crashed, hung or answered
-  garbage; the run goes on).
+* **pass**;
+* **fail** — with the first divergence; also a declared stage that leaves out a
+  field the gate compares;
+* **refused** — the engine declined this input with a stated reason (a structured
+  ``unsupported``). Visible in its own column, grouped by message, never a pass;
+  ``--strict`` turns it into a failure;
+* **n/a** — the engine does not offer the stage or does not claim the conformance
+  class (never a pass);
+* **reference-disagreement** — the references disagree with each other; recorded
+  with the reason, never an engine failure;
+* **error** — the engine crashed, hung or answered malformed data; the run goes on.
 
-``n/a`` and ``reference-disagreement`` are pytest skips with a tagged reason;
-``error`` is a failure whose exception is ``EngineError``. ``specgate.plugin``
-classifies them for the matrix and the report.
+The run verdict (``specgate.plugin``) adds two rules that no single case can see:
+a (stage, model) row the engine declares but answers only with refusals and errors
+fails, and a run in which no case passed fails.
+
+Each non-pass outcome is raised as a typed exception, so the plugin classifies a
+case by its type, never by parsing a message. ``NotApplicable``, ``Refused`` and
+``ReferenceDisagreement`` are pytest skips (they do not fail the pytest run on
+their own; the verdict rules above do).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 from impl.protocol import Engine, EngineError, Unsupported
 
-OUTCOMES = ("pass", "fail", "n/a", "reference-disagreement", "error")
-NA_TAG = "n/a:"
-DISAGREE_TAG = "reference-disagreement:"
+OUTCOMES = ("pass", "fail", "refused", "n/a", "reference-disagreement", "error")
+#: Short column headings for the matrix, in ``OUTCOMES`` order.
+HEADINGS = ("pass", "fail", "refused", "n/a", "disagree", "error")
 
 
-def not_applicable(reason: str) -> None:
-    pytest.skip(f"{NA_TAG} {reason}")
+class NotApplicable(pytest.skip.Exception):
+    """Outcome ``n/a``: the stage or class is not offered; nothing was gated."""
 
 
-def reference_disagreement(reason: str) -> None:
-    pytest.skip(f"{DISAGREE_TAG} {reason}")
+class Refused(pytest.skip.Exception):
+    """Outcome ``refused``: the engine declined the input with a stated reason."""
+
+
+class ReferenceDisagreement(pytest.skip.Exception):
+    """Outcome ``reference-disagreement``: the references themselves disagree."""
+
+
+def not_applicable(reason: str) -> NoReturn:
+    raise NotApplicable(reason)
+
+
+def refused(reason: str) -> NoReturn:
+    raise Refused(reason)
+
+
+def reference_disagreement(reason: str) -> NoReturn:
+    raise ReferenceDisagreement(reason)
 
 
 def call(
@@ -47,12 +75,12 @@ def call(
     """Invoke one stage of the engine under test (``method`` defaults to the
     capability's name; ``render_template`` belongs to the ``render`` capability).
 
-    A capability the engine does not declare, or an input it refuses with
-    ``Unsupported`` (e.g. a vocabulary it cannot load), is ``n/a`` — unless the gate
-    checks refusals itself (``refusal_expected``: a template the reference refuses
-    must be refused), then ``Unsupported`` propagates. Any exception other than
-    an assertion becomes ``EngineError`` (outcome ``error``) naming the stage, so a
-    crashing engine never aborts the run.
+    A capability the engine does not declare is ``n/a``. An input it refuses with
+    ``Unsupported`` is ``refused`` — unless the gate checks refusals itself
+    (``refusal_expected``: a template the reference refuses must be refused), then
+    ``Unsupported`` propagates to the gate. Any other exception becomes
+    ``EngineError`` (outcome ``error``) naming the stage, so a crashing engine never
+    aborts the run and never passes for a refusal.
     """
     if not engine.offers(capability):
         not_applicable(f"{engine.name} does not offer {capability!r}")
@@ -61,11 +89,21 @@ def call(
     except Unsupported as exc:
         if refusal_expected:
             raise
-        not_applicable(f"{engine.name} does not support this {capability} input: {exc}")
+        refused(f"{engine.name} refuses this {capability} input: {exc}")
     except EngineError:
         raise
     except Exception as exc:  # the engine's own bug, surfaced as an error outcome
         raise EngineError(f"{engine.name}.{capability} raised {type(exc).__name__}: {exc}") from exc
+
+
+def first_difference(expected: Sequence[Any], got: Sequence[Any]) -> int | None:
+    """Index of the first position where two sequences differ, or None when they
+    are equal. When one is a proper prefix of the other, they differ at the end of
+    the shorter one: ``first_difference("ab", "abc") == 2``."""
+    for k, (a, b) in enumerate(zip(expected, got, strict=False)):
+        if a != b:
+            return k
+    return None if len(expected) == len(got) else min(len(expected), len(got))
 
 
 def first_divergence(
@@ -76,12 +114,9 @@ def first_divergence(
 ) -> str | None:
     """None when equal; else where the two sequences first differ, with neighbours
     rendered by ``show`` on both sides (e.g. token id -> its piece)."""
-    if list(expected) == list(got):
+    i = first_difference(list(expected), list(got))
+    if i is None:
         return None
-    i = next(
-        (k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
-        min(len(expected), len(got)),
-    )
     lo = max(0, i - context)
 
     def window(seq: Sequence[Any]) -> str:
@@ -104,21 +139,26 @@ def visible(text: str) -> str:
 
 
 def text_diff(expected: str, got: str, names: tuple[str, str] = ("reference", "engine")) -> str | None:
-    """None when equal; else a unified diff with whitespace made visible and the
-    first differing character offset."""
-    if expected == got:
+    """None when equal; else the first differing character offset and a line
+    diff (``-`` reference, ``+`` engine) with whitespace made visible. Every line
+    of the diff ends with a newline, so a one-line text never glues its ``-`` and
+    ``+`` lines together."""
+    i = first_difference(expected, got)
+    if i is None:
         return None
-    i = next(
-        (k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
-        min(len(expected), len(got)),
-    )
-    diff = difflib.unified_diff(
-        visible(expected).splitlines(keepends=True),
-        visible(got).splitlines(keepends=True),
-        fromfile=names[0],
-        tofile=names[1],
-    )
+
+    def lines(text: str) -> list[str]:
+        return [line if line.endswith("\n") else line + "\n" for line in visible(text).splitlines(True)]
+
+    diff = difflib.unified_diff(lines(expected), lines(got), fromfile=names[0], tofile=names[1])
     return (
         f"first differing character at offset {i}: reference {expected[i : i + 20]!r} vs engine {got[i : i + 20]!r}\n"
         + "".join(diff)
     )
+
+
+def fail_if(problem: str | None, where: str) -> None:
+    """Fail the case with ``where: problem`` when a check found a problem: the gate's
+    own message, without a traceback or an echo of the assertion."""
+    if problem is not None:
+        pytest.fail(f"{where}: {problem}", pytrace=False)

@@ -1,14 +1,24 @@
-"""The pytest side of specgate: options, shared fixtures, and the parity matrix.
+"""The pytest side of specgate: options, shared fixtures, outcome classification,
+the run verdict and the parity matrix.
 
 Loaded from the project's top-level ``conftest.py``. Gate tests carry
 ``@pytest.mark.gate("<stage>")`` and take a ``model_id`` parameter; their outcomes
-are classified (see ``specgate.gate``) into the stage × model matrix printed at the
-end of the run and written to ``reports/`` by ``specgate.report``.
+are classified by the typed outcome exceptions of ``specgate.gate`` into the
+stage × model matrix printed at the end of the run and written to ``reports/`` by
+``specgate.report``. Gates of the logits and generate stages also take a
+``conformance_class`` parameter: their rows are ``logits/exact``,
+``logits/quantized``, ``generate/exact`` and ``generate/quantized``.
+
+Usage mistakes (an unknown ``--impl``, stage or model, a program that does not
+exist, a file that is not a GGUF, a model with nothing to gate) stop the run before
+it starts, with one line and exit status 4 — never hundreds of per-case errors
+blamed on the engine.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +26,15 @@ from typing import Any
 import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
-from impl.registry import UnknownImpl, resolve
+from impl.registry import UnknownImpl, check, resolve
 from specgate import models as model_cache
-from specgate.gate import DISAGREE_TAG, NA_TAG
+from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
+
+#: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
+#: judged in two classes (see PROTOCOL.md, "Conformance classes").
+GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate")
+CLASSED_STAGES = ("logits", "generate")
+CONFORMANCE_CLASSES = ("exact", "quantized")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,39 +53,206 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--models", default="", help="comma-separated manifest ids or GGUF paths (same as repeating --model)"
     )
-    group.addoption("--stages", default="", help="comma-separated stages to gate (default: all)")
+    group.addoption(
+        "--stages",
+        default="",
+        help=f"comma-separated stages to gate (default: all): {', '.join(GATE_STAGES)}; "
+        "logits and generate also as <stage>/exact or <stage>/quantized",
+    )
     group.addoption(
         "--live-references",
         action="store_true",
         help="also check against live references (transformers, llama.cpp, tiktoken)",
     )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
+    group.addoption(
+        "--parity-junit",
+        action="store_true",
+        help="also write the JUnit XML into --report-dir, named like the other report files",
+    )
 
 
-_live_references = False
+# ---------------------------------------------------------------------------
+# the session object
+
+
+@dataclass
+class GateRecord:
+    stage: str  # a gate stage, or "<stage>/<class>" for the classed stages
+    model: str
+    outcome: str
+    nodeid: str
+    message: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class AnswerCache:
+    """The engine's answers, computed once per (operation, model, input) however
+    many gates read them. Gates run case by case, so the few newest answers are
+    enough; large ones (a prompt's logits) are not kept longer than that. A refusal
+    is remembered like an answer; a crash or a hang is not — the next case asks
+    again, so one crash costs one case."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._answers: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.computed = 0  # how many answers were computed (for tests of the sharing)
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        if key in self._answers:
+            self._answers.move_to_end(key)
+            value = self._answers[key]
+        else:
+            self.computed += 1
+            try:
+                value = compute()
+            except (Refused, NotApplicable) as exc:  # a refusal is an answer too: not asked twice
+                value = _Raised(exc)
+            self._answers[key] = value
+            while len(self._answers) > self.size:
+                self._answers.popitem(last=False)
+        if isinstance(value, _Raised):
+            raise value.exc
+        return value
+
+
+@dataclass
+class _Raised:
+    exc: BaseException
+
+
+@dataclass
+class SpecgateSession:
+    """Everything one pytest run of specgate holds: the options, the gate records and
+    the engine's answers. Kept in ``config.stash``; reached by the ``specgate``
+    fixture."""
+
+    impl: str
+    strict: bool = False
+    live_references: bool = False
+    records: list[GateRecord] = field(default_factory=list)
+    answers: AnswerCache = field(default_factory=AnswerCache)
+    verdict: list[str] = field(default_factory=list)  # why the run fails beyond per-case failures
+
+
+SESSION = pytest.StashKey[SpecgateSession]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
+    config.stash[SESSION] = SpecgateSession(
+        impl=config.getoption("--impl"),
+        strict=strict_mode(config),
+        live_references=bool(config.getoption("--live-references")),
+    )
+    _session_ref[0] = config.stash[SESSION]
+    # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
+    extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
+    config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
+    if hasattr(config, "workerinput"):
+        return
+    check_usage(config)
+    if config.getoption("--parity-junit") and not config.option.xmlpath:
+        from specgate.report import report_stem
+
+        os.makedirs(config.getoption("--report-dir"), exist_ok=True)
+        config.option.xmlpath = os.path.join(
+            config.getoption("--report-dir"), f"{report_stem(config.getoption('--impl'))}.xml"
+        )
+
+
+def strict_mode(config: pytest.Config) -> bool:
+    """pytest's own ``--strict`` ("be strict") is specgate's too: every refusal fails.
+    (pytest 9 sets the ``strict`` ini option; pytest 8 stores the flag.)"""
+    try:
+        if config.getini("strict") in (True, "true", "True", "1"):
+            return True
+    except ValueError:  # pytest 8 has no such ini option
+        pass
+    return bool(getattr(config.option, "strict", False))
+
+
+# Module-level helpers (model_missing, get_model, snapshot_cases) are called from
+# code that has no config at hand; they reach the running session through this slot.
+_session_ref: list[SpecgateSession | None] = [None]
+
+
+@pytest.fixture(scope="session")
+def specgate(request: pytest.FixtureRequest) -> SpecgateSession:
+    return request.config.stash[SESSION]
+
+
+# ---------------------------------------------------------------------------
+# usage errors: one line, before anything runs
+
+
+def check_usage(config: pytest.Config) -> None:
+    """Stop the run with one line (``pytest.UsageError``, exit status 4) on an
+    unknown stage, an unusable ``--impl`` or an unusable ``--model``."""
+    stages = selected_stages(config)
+    if stages is not None:
+        known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
+        unknown = sorted(stages - known)
+        if unknown:
+            raise pytest.UsageError(
+                f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(GATE_STAGES)} "
+                f"(logits and generate also as <stage>/exact or <stage>/quantized)"
+            )
+    try:
+        check(config.getoption("--impl"))
+    except UnknownImpl as exc:
+        raise pytest.UsageError(str(exc)) from None
+    for spec in config.getoption("--model"):
+        try:
+            ref = get_model(spec)
+        except model_cache.ModelError as exc:
+            raise pytest.UsageError(f"--model {spec!r}: {exc}") from None
+        if ref.role == "user":
+            from oracle.gguf import GGUFError, open_gguf
+
+            try:
+                open_gguf(ref.gguf)
+            except GGUFError as exc:
+                raise pytest.UsageError(f"--model {spec!r}: not a readable GGUF file: {exc}") from None
+
+
+def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An explicitly chosen model that no selected gate case covers gates nothing:
+    say so (and which snapshots it has) instead of passing an empty run."""
+    from specgate import snapshots
+
+    gate_items = [i for i in items if i.get_closest_marker("gate") is not None]
+    if not gate_items or not config.getoption("--model"):
+        return
+    covered = {str(i.callspec.params.get("model_id")) for i in gate_items if hasattr(i, "callspec")}
+    for spec in config.getoption("--model"):
+        ref = get_model(spec)
+        if ref.id in covered or spec in covered:
+            continue
+        stages = snapshots.stages_of(ref.id)
+        if not stages:
+            raise pytest.UsageError(
+                f"--model {spec!r}: no reference snapshots for {ref.id!r} under snapshots/, so nothing "
+                f"can be gated; snapshots are recorded from the live references by `nox -s snapshots`"
+            )
+        raise pytest.UsageError(
+            f"--model {spec!r}: no selected gate case covers it (its snapshots: {', '.join(stages)}; "
+            f"--stages {config.getoption('--stages') or '(all)'})"
+        )
+
+
+# ---------------------------------------------------------------------------
+# model and stage selection
 
 
 def model_missing(reason: str) -> None:
     """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests``,
     which fetches and generates every model first) that is a broken setup: fail.
     Otherwise (a partial local run) skip, saying which command provides it."""
-    if _live_references:
+    session = _session_ref[0]
+    if session is not None and session.live_references:
         pytest.fail(f"model missing from the cache: {reason}", pytrace=False)
     pytest.skip(f"model missing from the cache: {reason}")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    global _live_references
-    _live_references = bool(config.getoption("--live-references"))
-    config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
-    config.stash[RESULTS] = GateResults(impl=config.getoption("--impl"))
-    # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
-    extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
-    config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
-
-
-# ---------------------------------------------------------------------------
-# model selection
 
 
 def selected_models(config: pytest.Config) -> list[str]:
@@ -82,17 +265,29 @@ def selected_stages(config: pytest.Config) -> set[str] | None:
     return {s.strip() for s in raw.split(",") if s.strip()} or None
 
 
+def row_stage(item: pytest.Item) -> str | None:
+    """The matrix row's stage of a gate item: its stage, with the conformance class
+    for the classed stages; None for a test that is not a gate."""
+    marker = item.get_closest_marker("gate")
+    if marker is None:
+        return None
+    params = getattr(item, "callspec", None)
+    cls = params.params.get("conformance_class") if params else None
+    return f"{marker.args[0]}/{cls}" if cls else marker.args[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     stages = selected_stages(config)
-    if stages is None:
-        return
-    keep, drop = [], []
-    for item in items:
-        marker = item.get_closest_marker("gate")
-        (keep if marker is None or marker.args[0] in stages else drop).append(item)
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    if stages is not None:
+        keep, drop = [], []
+        for item in items:
+            stage = row_stage(item)
+            chosen = stage is None or stage in stages or stage.split("/")[0] in stages
+            (keep if chosen else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+    check_models_gated(config, items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -135,14 +330,30 @@ def model(model_id: str) -> ModelRef:
 
 @pytest.fixture(scope="session")
 def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    """The engine under test (``--impl``), built once per session."""
+    """The engine under test (``--impl``), built once per session. An engine that
+    cannot even start (its handshake fails every time) stops the run with one line:
+    there is nothing to gate."""
     spec = request.config.getoption("--impl")
     try:
         eng = resolve(spec)
     except UnknownImpl as exc:
         raise pytest.UsageError(str(exc)) from exc
+    try:
+        eng.capabilities  # noqa: B018 — a process engine starts and says hello here
+    except EngineError as exc:
+        eng.close()
+        pytest.exit(f"specgate: the engine {spec!r} did not start: {str(exc).splitlines()[0]}", returncode=1)
     yield eng
     eng.close()
+
+
+def claims(engine: Engine, conformance_class: str) -> None:
+    """``n/a`` unless the engine claims ``conformance_class`` (``Engine.classes``)."""
+    if conformance_class not in engine.classes:
+        raise NotApplicable(
+            f"{engine.name} does not claim the {conformance_class!r} conformance class "
+            f"(it claims {', '.join(sorted(engine.classes)) or 'none'})"
+        )
 
 
 _reference_cache: dict[str, Engine] = {}
@@ -174,46 +385,28 @@ def reference(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Engine
 
 
 # ---------------------------------------------------------------------------
-# outcome classification and the matrix
+# outcome classification
 
 
-@dataclass
-class GateRecord:
-    stage: str
-    model: str
-    outcome: str
-    nodeid: str
-    message: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class GateResults:
-    impl: str
-    records: list[GateRecord] = field(default_factory=list)
-
-
-RESULTS = pytest.StashKey[GateResults]()
-
-
-def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None) -> tuple[str, str]:
+def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None, strict: bool) -> tuple[str, str]:
+    """The gate outcome of one test report, by the type of what the test raised."""
+    exc = call.excinfo.value if call is not None and call.excinfo is not None else None
     if report.passed:
         return "pass", ""
-    if report.skipped:
+    if isinstance(exc, Refused):
+        return ("fail", f"refusal under --strict: {exc.msg}") if strict else ("refused", str(exc.msg))
+    if isinstance(exc, ReferenceDisagreement):
+        return "reference-disagreement", str(exc.msg)
+    if report.skipped:  # NotApplicable, or any other skip (a model missing from a partial cache)
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        reason = reason.removeprefix("Skipped: ")
-        if reason.startswith(DISAGREE_TAG):
-            return "reference-disagreement", reason[len(DISAGREE_TAG) :].strip()
-        return "n/a", reason.removeprefix(NA_TAG).strip()
-    if call is not None and call.excinfo is not None and call.excinfo.errisinstance(EngineError):
-        return "error", str(call.excinfo.value)
-    if (
-        call is not None
-        and call.excinfo is not None
-        and call.excinfo.errisinstance((AssertionError, Unsupported))
+        return "n/a", reason.removeprefix("Skipped: ").strip()
+    if isinstance(exc, EngineError):
+        return "error", str(exc)
+    if isinstance(exc, (AssertionError, Unsupported)) or (
+        exc is not None and isinstance(exc, pytest.fail.Exception)
     ):
         # The gate's own message (model, case, stage, first divergence), without the traceback.
-        return "fail", str(call.excinfo.value)
+        return "fail", str(getattr(exc, "msg", None) or exc)
     return "fail", report.longreprtext
 
 
@@ -221,8 +414,8 @@ def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None) -> tu
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    marker = item.get_closest_marker("gate")
-    if marker is None:
+    stage = row_stage(item)
+    if stage is None:
         return
     # Setup failures count too; record once per test (the call phase, or a failed/skipped setup).
     if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -230,11 +423,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         model_id = params.params.get("model_id", "-") if params else "-"
         if not isinstance(model_id, str):
             return  # an empty parameter set (no model has this stage's snapshot): nothing was gated
-        verdict, message = classify(report, call)
+        session = item.config.stash[SESSION]
+        verdict, message = classify(report, call, session.strict)
+        if verdict == "fail" and report.skipped:  # a refusal under --strict fails in pytest too
+            report.outcome = "failed"
+            report.longrepr = message
         metrics = dict(p for p in item.user_properties if isinstance(p, tuple) and p[0].startswith("metric:"))
-        item.config.stash[RESULTS].records.append(
+        session.records.append(
             GateRecord(
-                marker.args[0],
+                stage,
                 model_id,
                 verdict,
                 item.nodeid,
@@ -244,15 +441,55 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         )
 
 
+# ---------------------------------------------------------------------------
+# the run verdict and the matrix
+
+
+def run_verdict(records: list[GateRecord]) -> list[str]:
+    """Why the run fails beyond its failing cases: a (stage, model) row the engine
+    answered only with refusals and errors (a declared stage must be answered), and
+    a run in which no case passed at all. Empty when neither holds."""
+    problems = []
+    rows: dict[tuple[str, str], Counter[str]] = {}
+    for r in records:
+        rows.setdefault((r.stage, r.model), Counter())[r.outcome] += 1
+    for (stage, model), counts in sorted(rows.items()):
+        if counts["pass"] == 0 and counts["refused"] > 0:
+            problems.append(
+                f"{stage} · {model}: no case passed; {counts['refused']} refused, {counts['error']} errors "
+                f"(a declared stage answered only by refusals and errors fails)"
+            )
+    if records and not any(r.outcome == "pass" for r in records):
+        gated = Counter(r.outcome for r in records)
+        problems.append(
+            "no case passed in the whole run ("
+            + ", ".join(f"{n} {o}" for o, n in sorted(gated.items()))
+            + "): nothing was shown to conform"
+        )
+    return problems
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(SESSION, None)
+    if state is None or not state.records:
+        return
+    state.verdict = run_verdict(state.records)
+    if state.verdict and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    results = config.stash[RESULTS]
-    if not results.records:
+    state = config.stash[SESSION]
+    if not state.records:
         return
     from specgate import report
 
-    terminalreporter.write_sep("=", f"specgate parity matrix — impl {results.impl}")
-    terminalreporter.write_line(report.matrix_text(results.records))
-    written = report.write_reports(results, config.getoption("--report-dir"))
+    terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
+    terminalreporter.write_line(report.headline(state.records))
+    terminalreporter.write_line(report.matrix_text(state.records))
+    for problem in state.verdict:
+        terminalreporter.write_line(f"specgate: RUN FAILS — {problem}", red=True, bold=True)
+    written = report.write_reports(state, config.getoption("--report-dir"))
     for path in written:
         terminalreporter.write_line(f"report: {path}")
 
@@ -264,6 +501,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def gate_params(config: pytest.Config, stage: str) -> list[Any]:
     """``(model_id, case_id)`` params for a stage gate: every selected, cached model
     that has a ``stage`` snapshot × every case in it (ids read from the snapshot)."""
+    import json
+
     from specgate import snapshots
 
     params = []
@@ -271,8 +510,6 @@ def gate_params(config: pytest.Config, stage: str) -> list[Any]:
         if model_id not in snapshots.available(stage):
             continue
         path = snapshots.path_for(model_id, stage)
-        import json
-
         for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
             params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params

@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from specgate.gate import OUTCOMES
+from specgate.gate import HEADINGS, OUTCOMES
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:80] or "impl"
+def report_stem(impl: str) -> str:
+    """The one file stem of every report of a run of ``--impl impl``: readable (the
+    impl string with other characters folded to ``_``) and collision-free (a short
+    hash of the whole string, so ``cmd:a.py`` and ``cmd:a_py`` — or two servers on
+    other ports — never share files). No dots: nothing can cut it at a suffix."""
+    readable = re.sub(r"[^A-Za-z0-9-]+", "_", impl).strip("_")[:60] or "impl"
+    return f"parity-{readable}-{hashlib.sha256(impl.encode('utf-8')).hexdigest()[:8]}"
+
+
+def coverage(records: list[Any]) -> Counter:
+    return Counter(r.outcome for r in records)
+
+
+def headline(records: list[Any]) -> str:
+    """The run's coverage in one line: how many cases were gated and what became of them."""
+    counts = coverage(records)
+    gated = sum(counts[o] for o in ("pass", "fail", "refused", "error"))
+    return (
+        f"coverage: {gated} cases gated — {counts['pass']} passed, {counts['fail']} failed, "
+        f"{counts['refused']} refused, {counts['error']} errors; {counts['n/a']} n/a, "
+        f"{counts['reference-disagreement']} reference disagreements"
+    )
+
+
+def refusal_groups(records: list[Any]) -> list[tuple[str, list[Any]]]:
+    """Refusals grouped by their message, largest group first."""
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for r in records:
+        if r.outcome == "refused":
+            groups[r.message.strip()].append(r)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
 def tally(records: list[Any]) -> dict[tuple[str, str], Counter]:
@@ -38,12 +68,10 @@ def metrics_summary(records: list[Any]) -> dict[tuple[str, str], dict[str, Any]]
 def matrix_text(records: list[Any]) -> str:
     table = tally(records)
     mets = metrics_summary(records)
-    head = f"{'stage':<10} {'model':<36} " + " ".join(
-        f"{o:>8}" for o in ("pass", "fail", "n/a", "disagree", "error")
-    )
+    head = f"{'stage':<18} {'model':<36} " + " ".join(f"{o:>8}" for o in HEADINGS)
     lines = [head, "-" * len(head)]
     for (stage, model), counts in table.items():
-        row = f"{stage:<10} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
+        row = f"{stage:<18} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
         if (stage, model) in mets:
             row += "  " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets[(stage, model)].items()))
         lines.append(row)
@@ -53,22 +81,28 @@ def matrix_text(records: list[Any]) -> str:
 def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"parity-{_safe(results.impl)}"
+    stem = out / report_stem(results.impl)
     table = tally(results.records)
     mets = metrics_summary(results.records)
     payload = {
         "impl": results.impl,
+        "coverage": dict(coverage(results.records)),
+        "verdict": list(getattr(results, "verdict", [])),
         "matrix": [
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
             for (s, m), c in table.items()
         ],
         "cases": [r.__dict__ for r in results.records],
     }
-    json_path = stem.with_suffix(".json")
+    json_path = stem.with_name(stem.name + ".json")
     json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
 
     md = [
         f"# specgate parity report — `{results.impl}`",
+        "",
+        headline(results.records),
+        "",
+        *[f"**The run fails:** {problem}  " for problem in getattr(results, "verdict", [])],
         "",
         "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
         "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
@@ -76,6 +110,12 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     for (s, m), c in table.items():
         metric = ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets.get((s, m), {}).items()))
         md.append(f"| {s} | {m} | " + " | ".join(str(c.get(o, 0)) for o in OUTCOMES) + f" | {metric} |")
+    groups = refusal_groups(results.records)
+    if groups:
+        md += ["", "## Refusals, grouped by message", ""]
+        for message, group in groups:
+            md += [f"- **{len(group)}×** {message[:500]}"]
+            md += [f"  - `{r.nodeid}`" for r in group[:3]]
     problems = [r for r in results.records if r.outcome in ("fail", "error", "reference-disagreement")]
     if problems:
         md += ["", "## Findings", ""]
@@ -88,10 +128,10 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
                 "```",
                 "",
             ]
-    png_path = write_heatmap(table, stem.with_suffix(".png"), results.impl)
+    png_path = write_heatmap(table, stem.with_name(stem.name + ".png"), results.impl)
     if png_path is not None:
         md[2:2] = [f"![parity matrix]({png_path.name})", ""]
-    md_path = stem.with_suffix(".md")
+    md_path = stem.with_name(stem.name + ".md")
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
     return [md_path, json_path, *([png_path] if png_path is not None else [])]
 
@@ -101,6 +141,7 @@ _COLOURS = {
     "pass": (0.13, 0.55, 0.13),
     "fail": (0.80, 0.10, 0.10),
     "n/a": (0.45, 0.45, 0.45),
+    "refused": (0.10, 0.35, 0.80),
     "reference-disagreement": (0.85, 0.60, 0.00),
     "error": (0.50, 0.10, 0.60),
 }
@@ -132,7 +173,7 @@ def write_heatmap(table: dict[tuple[str, str], Counter], path: Path, impl: str) 
         rgb[:, j] = (1 - alpha) * 1.0 + alpha * colour
     fig, ax = plt.subplots(figsize=(2.0 + 1.3 * len(OUTCOMES), 1.2 + 0.42 * max(len(rows), 1)))
     ax.imshow(rgb, aspect="auto")
-    ax.set_xticks(range(len(OUTCOMES)), ["pass", "fail", "n/a", "disagree", "error"])
+    ax.set_xticks(range(len(OUTCOMES)), list(HEADINGS))
     ax.set_yticks(range(len(rows)), [f"{stage} · {model}" for stage, model in rows])
     ax.xaxis.tick_top()
     for i in range(len(rows)):
@@ -147,7 +188,9 @@ def write_heatmap(table: dict[tuple[str, str], Counter], path: Path, impl: str) 
                     fontsize=9,
                     color="white" if share[i, j] > 0.5 else "black",
                 )
-    ax.set_title(f"specgate parity — {impl}", fontsize=10, pad=24)
+    import textwrap
+
+    ax.set_title("\n".join(textwrap.wrap(f"specgate parity — {impl}", 60)), fontsize=10, pad=24)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -181,3 +181,9 @@ def record(
         f"{model.id}/{stage}: the live reference no longer matches the snapshot for {len(changed)} cases, "
         f"first {first!r}:\n  {changed.get(first)}\nregenerate with: {REGENERATE}"
     )
+
+
+def stages_of(model_id: str) -> list[str]:
+    """The stages that have a snapshot for ``model_id``."""
+    folder = SNAPSHOT_ROOT / model_id
+    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []

@@ -10,8 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from specgate import generation, logit_metrics, sampling, snapshots
-from tests.gates.test_logits import LOOSE_TIE_MARGIN, TIGHT_MAX_ABS_TINY
+from specgate import logit_metrics, snapshots
+from specgate.checks import generate as generation
+from specgate.checks import sample as sampling
+from specgate.checks.logits import EXACT_MAX_ABS_TINY, QUANTIZED_TIE_MARGIN
 from tests.references.test_generate import generate_drift
 from tests.references.test_logits import logits_drift
 from tests.references.test_sample import stored_windows, window_drift
@@ -50,7 +52,7 @@ def test_logits_drift_catches_transformers_moving_past_the_tight_tolerance(logit
     hf, llama = full_logits(logits_case, "hf"), full_logits(logits_case, "llamacpp")
     position = logits_case["positions"][-1]
     top = int(logits_case["hf"]["top_ids"][-1].split()[3])
-    hf[position, top] += 3 * TIGHT_MAX_ABS_TINY
+    hf[position, top] += 3 * EXACT_MAX_ABS_TINY
     why = logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama)
     assert why and why.startswith("transformers: max |Δlogit|"), why
 
@@ -115,7 +117,7 @@ def test_window_drift_passes_the_stored_window_and_catches_a_moved_logit():
     window = stored_windows(stored("sample"))["code"]
     live = sampling.logits_of({"logits": window})
     assert window_drift("code", window, live) is None
-    live[window["ids"][5]] += 2 * LOOSE_TIE_MARGIN
+    live[window["ids"][5]] += 2 * QUANTIZED_TIE_MARGIN
     why = window_drift("code", window, live)
     assert why and f"token {window['ids'][5]}" in why, why
     assert window_drift("gone", None, live) == "window 'gone' is not in the snapshot"

@@ -3,8 +3,8 @@ subprocess, the engine a real external process that crashes or hangs once.
 
 Acceptance: a crash or a hang costs exactly the case in flight (an ``error``
 outcome), the engine is restarted, every other case still runs and passes, the
-report files are complete, and the exit status is non-zero exactly when a gate
-fails or errors (n/a and reference disagreements do not fail a run).
+report files are complete, and the exit status is non-zero when a gate fails or
+errors — or when a declared stage is left unanswered (a missing field fails).
 """
 
 from __future__ import annotations
@@ -124,11 +124,12 @@ def test_engine_breaking_mid_run_costs_one_case_and_the_run_completes(
     assert suite is not None and int(suite.get("failures", 0)) + int(suite.get("errors", 0)) == 1
 
 
-def test_only_na_outcomes_do_not_fail_the_run(tmp_path: Path) -> None:
-    # The toy engine offers `metadata` but reports none of the gated fields: all n/a.
+def test_a_declared_stage_missing_its_fields_fails_the_run(tmp_path: Path) -> None:
+    # The toy engine offers `metadata` but reports none of the gated fields: each fails, named.
     status, report, out = run_gates(tmp_path, fault_impl("toy"))
-    assert status == 0, out[-3000:]
-    assert set(outcomes(report)) == {"n/a"}
+    assert status == 1, out[-3000:]
+    assert set(outcomes(report)) == {"fail"}
+    assert all("its answer has no" in c["message"] for c in report["cases"])
 
 
 def test_k_and_models_select_subsets(tmp_path: Path) -> None:

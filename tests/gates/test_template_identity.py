@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from specgate import render_corpus
-from specgate.gate import call, first_divergence
+from specgate.gate import call, fail_if, first_divergence
 from specgate.plugin import gate_params, snapshot_cases
 
 pytestmark = pytest.mark.gate("template")
@@ -37,4 +37,4 @@ def test_template_ids(engine, model, model_id, case_id):
     prompt = call(engine, "render", model, case.messages, case.add_generation_prompt, **case.kwargs)
     ids = call(engine, "encode", model, prompt, True)
     diff = first_divergence(expected, ids)
-    assert diff is None, f"stage template, model {model_id}, case {case_id}: prompt token ids differ\n{diff}"
+    fail_if(diff and f"prompt token ids differ\n{diff}", f"stage template, model {model_id}, case {case_id}")

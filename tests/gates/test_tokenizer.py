@@ -2,7 +2,8 @@
 special-token parsing) and decode, per vocabulary model and corpus case, against
 the recorded references (CPython ``regex`` for split, llama.cpp for encode/decode,
 cross-checked with HF tokenizers and tiktoken; cases where those disagree are
-reference disagreements, never engine failures).
+reference disagreements, never engine failures). The comparisons are in
+``specgate.checks.tokenizer``.
 
 specgate's semantics are the GGUF pipeline's: no Unicode normalization, and
 ``parse_special`` passed explicitly.
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from specgate.gate import call, first_divergence, reference_disagreement
+from specgate.checks import tokenizer as checks
+from specgate.gate import call, fail_if, reference_disagreement
 from specgate.plugin import gate_params, snapshot_cases
 
 
@@ -22,10 +24,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if {"model_id", "case_id"} <= set(metafunc.fixturenames):
         stage = metafunc.definition.get_closest_marker("gate").args[0]
         metafunc.parametrize(("model_id", "case_id"), gate_params(metafunc.config, stage))
-
-
-def excerpt(text: str, at: int, width: int = 24) -> str:
-    return repr(text[max(0, at - width) : at + width])
 
 
 def piece_of(model: Any) -> Any:
@@ -45,21 +43,12 @@ def test_split(engine, model, model_id, case_id):
     case = snapshot_cases(model, "split")[case_id]
     if "disagreement" in case:
         reference_disagreement(case["disagreement"])
-    text, expected = case["text"], case["pieces"]
-    got = call(engine, "split", model, text)
-    joined = "".join(got)
-    assert joined == text, (
-        f"[split] model {model_id}, case {case_id}: pieces do not tile the input; they join to "
-        f"{excerpt(joined, 0)} (length {len(joined)}) for {excerpt(text, 0)} (length {len(text)})"
+    failure, disagreement = checks.check_split(
+        case["text"], case["pieces"], call(engine, "split", model, case["text"])
     )
-    where = first_divergence(expected, got)
-    if where is not None:
-        offset = len("".join(p for p, q in zip(expected, got, strict=False) if p == q))
-        pytest.fail(
-            f"[split] model {model_id}, case {case_id}: pieces differ from regex.findall of the "
-            f"tokenizer-file pattern near text offset {offset} ({excerpt(text, offset)})\n{where}",
-            pytrace=False,
-        )
+    if disagreement:
+        reference_disagreement(disagreement)
+    fail_if(failure, f"[split] model {model_id}, case {case_id}")
 
 
 @pytest.mark.gate("encode")
@@ -68,17 +57,14 @@ def test_encode(engine, model, model_id, case_id):
 
 
 def check_encode(engine: Any, model: Any, model_id: str, case_id: str, case: dict[str, Any]) -> None:
-    """The encode comparison for one case: ``{"text", "parse_special", "ids"}`` from the reference."""
+    """The encode gate for one case (also run by the oracle's mutation tests)."""
     if "disagreement" in case:
         reference_disagreement(case["disagreement"])
     got = call(engine, "encode", model, case["text"], case["parse_special"])
-    where = first_divergence(case["ids"], got, show=piece_of(model))
-    if where is not None:
-        pytest.fail(
-            f"[encode] model {model_id}, case {case_id} (parse_special={case['parse_special']}): ids differ "
-            f"from llama_tokenize on text {excerpt(case['text'], 0, 40)}\n{where}",
-            pytrace=False,
-        )
+    fail_if(
+        checks.check_encode(case, got, show=piece_of(model)),
+        f"[encode] model {model_id}, case {case_id} (parse_special={case['parse_special']})",
+    )
 
 
 @pytest.mark.gate("decode")
@@ -86,16 +72,7 @@ def test_decode(engine, model, model_id, case_id):
     case = snapshot_cases(model, "decode")[case_id]
     if "disagreement" in case:
         reference_disagreement(case["disagreement"])
-    expected = bytes.fromhex(case["hex"])
     got = call(engine, "decode", model, case["ids"])
-    if got != expected:
-        at = next(
-            (k for k, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
-            min(len(got), len(expected)),
-        )
-        pytest.fail(
-            f"[decode] model {model_id}, case {case_id}: bytes differ from concatenated llama_token_to_piece "
-            f"at byte {at} (reference length {len(expected)}, engine length {len(got)})\n"
-            f"  reference: {expected[max(0, at - 16) : at + 16]!r}\n  engine:    {got[max(0, at - 16) : at + 16]!r}",
-            pytrace=False,
-        )
+    fail_if(
+        checks.check_decode(bytes.fromhex(case["hex"]), got), f"[decode] model {model_id}, case {case_id}"
+    )

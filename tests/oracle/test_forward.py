@@ -19,9 +19,9 @@ from oracle.forward import ContextOverflow, Model, silu
 from oracle.gguf import open_gguf
 from oracle.weights import UnsupportedTensorType
 from specgate import logit_metrics, models, tiny
+from specgate.checks.logits import exact_tolerance
 from specgate.plugin import get_model, model_missing
 from tests.forward_corpus import prompts_for
-from tests.gates.test_logits import tight_tolerance
 
 # A split of one sequence into prefill + steps multiplies the same numbers in
 # differently shaped matmuls (BLAS blocks gemm and gemv differently): float32 rounding
@@ -257,7 +257,7 @@ def test_oracle_matches_transformers_full_logits(model_id, reference, request):
     from impl.oracle import OracleEngine
 
     vocab = llama.llama(model, vocab_only=True)
-    tol = tight_tolerance(model_id)
+    tol = exact_tolerance(model_id)
     worst = {"max_abs_dlogit": 0.0, "kl_mean": 0.0, "top1_agree": 1.0}
     for prompt_id in LIVE_PROMPTS:
         ids = vocab.tokenize(

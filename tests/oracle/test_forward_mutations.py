@@ -13,8 +13,8 @@ import pytest
 from oracle import attention, rope
 from oracle.forward import Model
 from specgate import models, snapshots
+from specgate.checks.logits import check_exact
 from specgate.plugin import get_model
-from tests.gates.test_logits import check_tight
 
 
 def interleaved_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -58,7 +58,7 @@ def gate(model_id: str) -> str | None:
     model = get_model(model_id)
     case = snapshots.load(model, "logits")[PROMPT]
     got = Model.from_gguf(model.gguf).prefill(case["ids"])
-    return check_tight(model_id, case, got)[0]
+    return check_exact(model_id, case, got)[0]
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))

@@ -4,12 +4,14 @@ a message naming the model and the case."""
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
 from impl.oracle import OracleEngine
 from oracle import decode_loop, sampler
-from specgate.plugin import get_model, snapshot_cases
+from specgate.plugin import SpecgateSession, get_model, snapshot_cases
 from tests.gates import test_generate as generate_gate
 from tests.gates import test_sample as gate
 from tests.oracle import test_decode_loop as stops
@@ -59,7 +61,7 @@ def test_sample_gate_catches(monkeypatch, mutation):
     engine = OracleEngine()
     gate.test_sample(engine, model, MODEL, case_id)  # the real oracle passes
     monkeypatch.setitem(sampler.STEPS, step, broken)
-    with pytest.raises(AssertionError, match=rf"\[sample\] model {MODEL}, case {case_id}.*{symptom}"):
+    with pytest.raises(pytest.fail.Exception, match=rf"\[sample\] model {MODEL}, case {case_id}.*{symptom}"):
         gate.test_sample(engine, model, MODEL, case_id)
 
 
@@ -114,7 +116,15 @@ def test_generate_gate_catches(monkeypatch, mutation):
     model = get_model(model_id)
     snapshot_cases(model, "generate")
     engine = OracleEngine()
-    generate_gate.test_generate(engine, model, model_id, case_id, lambda *a: None)  # the real oracle passes
+
+    def run_gate() -> None:  # the gate function, with a fresh session (no cached answer) and a stand-in node
+        node = types.SimpleNamespace(node=types.SimpleNamespace(user_properties=[]))
+        session = SpecgateSession(impl="oracle")
+        generate_gate.test_generate(engine, session, model, model_id, case_id, "exact", node)
+
+    run_gate()  # the real oracle passes
     monkeypatch.setattr(decode_loop, attr, make())
-    with pytest.raises(AssertionError, match=rf"\[generate\] model {model_id}, case {case_id}.*{symptom}"):
-        generate_gate.test_generate(engine, model, model_id, case_id, lambda *a: None)
+    with pytest.raises(
+        pytest.fail.Exception, match=rf"\[generate/exact\] model {model_id}, case {case_id}.*{symptom}"
+    ):
+        run_gate()

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from specgate import generation, snapshots
-from specgate.gate import first_divergence
+from specgate import snapshots
+from specgate.checks import generate as generation
+from specgate.gate import first_difference, first_divergence
 
 try:
     import tomllib
@@ -44,10 +45,8 @@ def agreed_prefix(streams: dict[str, dict[str, Any]], tolerance: float) -> tuple
     ids = list(a["ids"])
     reason = None
     for b_name, b in others:
-        n = next(
-            (k for k, (x, y) in enumerate(zip(ids, b["ids"], strict=False)) if x != y),
-            min(len(ids), len(b["ids"])),
-        )
+        n = first_difference(ids, b["ids"])
+        n = len(ids) if n is None else n
         if n < len(ids) or n < len(b["ids"]) or a["finish_reason"] != b["finish_reason"]:
             margin = min(
                 a["margins"][n] if n < len(a["margins"]) else float("inf"),
@@ -133,7 +132,7 @@ def stop_case(
 def margin_drift(name: str, want: dict[str, Any], got: dict[str, Any], tolerance: float) -> str | None:
     """The largest move of a top-2 margin over the steps both streams take in the same
     context (up to and including the step where they part at a near tie)."""
-    same = next((k for k, (a, b) in enumerate(zip(want["ids"], got["ids"], strict=False)) if a != b), None)
+    same = first_difference(want["ids"][: len(got["ids"])], got["ids"][: len(want["ids"])])
     n = min(len(want["margins"]), len(got["margins"]), len(want["ids"]) + 1 if same is None else same + 1)
     worst = max(range(n), key=lambda k: abs(want["margins"][k] - got["margins"][k]), default=None)
     if worst is not None and abs(want["margins"][worst] - got["margins"][worst]) > tolerance:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from specgate import logit_metrics, snapshots
+from specgate.checks.logits import check_exact, check_quantized
 from specgate.plugin import get_model, model_missing
 from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for
-from tests.gates.test_logits import check_loose, check_tight
 
 pytestmark = pytest.mark.live
 
@@ -33,8 +33,8 @@ def logits_drift(
     prompt, mean KL 1.4e-4)."""
     if stored["ids"] != ids:
         return f"prompt ids differ: snapshot {stored['ids'][:20]}…, live {ids[:20]}…"
-    tight, _ = check_tight(model_id, stored, hf)
-    loose, _ = check_loose(stored, llama)
+    tight, _ = check_exact(model_id, stored, hf)
+    loose, _ = check_quantized(stored, llama)
     problems = [f"transformers: {tight}"] * bool(tight) + [f"llama.cpp: {loose}"] * bool(loose)
     return "; ".join(problems) or None
 

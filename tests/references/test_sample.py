@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specgate import sampling, snapshots
-from tests.gates.test_logits import LOOSE_TIE_MARGIN
+from specgate import snapshots
+from specgate.checks import sample as sampling
+from specgate.checks.logits import QUANTIZED_TIE_MARGIN
 
 try:
     import tomllib
@@ -135,10 +136,10 @@ def window_drift(name: str, stored: dict[str, Any] | None, live: np.ndarray) -> 
     ids, want = np.asarray(stored["ids"]), np.asarray(stored["values"])
     delta = np.abs(live[ids] - want)
     worst = int(delta.argmax())
-    if delta[worst] > LOOSE_TIE_MARGIN:
+    if delta[worst] > QUANTIZED_TIE_MARGIN:
         return (
             f"window {name!r}: token {ids[worst]} has logit {want[worst]:.4f} in the snapshot, "
-            f"{live[ids[worst]]:.4f} live (|Δ| > {LOOSE_TIE_MARGIN})"
+            f"{live[ids[worst]]:.4f} live (|Δ| > {QUANTIZED_TIE_MARGIN})"
         )
     return None
 

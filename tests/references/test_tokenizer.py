@@ -26,7 +26,8 @@ from impl import llamacpp_tokenizer
 from impl.protocol import Unsupported
 from impl.references import RegexSplitter
 from specgate import snapshots
-from specgate.gate import first_divergence
+from specgate.checks.tokenizer import unicode_version_skew
+from specgate.gate import first_difference, first_divergence
 from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
 
 pytestmark = pytest.mark.live
@@ -118,7 +119,7 @@ def explain(
                 "a control token of the GGUF) as an added token, so HF splits it as text"
             )
     if name == "tiktoken":
-        k = next((k for k, (a, b) in enumerate(zip(ids, other, strict=False)) if a != b), None)
+        k = first_difference(ids[: len(other)], other[: len(ids)])
         piece = ref._encoding(model).decode_single_token_bytes(other[k]) if k is not None else b""
         pieces = [p.encode("utf-8") for p in RegexSplitter().split(model, text)]
         if piece in pieces:
@@ -150,13 +151,8 @@ def split_disagreement(regex: Any, model: Any, llm: Any, text: str, ids: list[in
             break
     if crossed is None:
         return None
-    new = sorted({f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) == "Cn"})
-    why = (
-        f"; code points unassigned in older Unicode data (Python's unicodedata {unicodedata.unidata_version}) "
-        f"but classified by regex {regex.version().split()[-1]}: {', '.join(new)} — Unicode-version skew"
-        if new
-        else ""
-    )
+    skew = unicode_version_skew(text)
+    why = f"; {skew}" if skew else ""
     return f"llama.cpp's pre-tokenizer split differs from CPython regex's in {crossed[:60]!r}{why}"
 
 

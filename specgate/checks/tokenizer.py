@@ -1,0 +1,80 @@
+"""The tokenizer stage's comparisons: pre-tokenizer pieces (split), token ids
+(encode) and bytes (decode), each answering with the first divergence.
+
+One classification of Unicode-version skew serves split and encode: a text holding
+code points that older Unicode data leaves unassigned (general category ``Cn`` in
+Python's ``unicodedata``, whose data is older than CPython ``regex``'s) is split by
+letter/number rules that depend on the Unicode version an engine's tables follow.
+An engine following older tables (Node 20, Python's ``unicodedata``, an older
+``regex``) and the reference following newer ones may both be right: such a case is
+a reference disagreement, never an engine failure. The encode snapshots record it
+when they are made (``tests/references/test_tokenizer.py``); the split gate asks
+the same function when the engine's pieces differ.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from specgate.gate import first_difference, first_divergence
+
+
+def unicode_version_skew(text: str) -> str | None:
+    """Why ``text`` is split differently under other Unicode versions, or None: the
+    code points in it that older Unicode data leaves unassigned."""
+    from importlib.metadata import version
+
+    new = sorted({f"U+{ord(ch):04X}" for ch in text if unicodedata.category(ch) == "Cn"})
+    if not new:
+        return None
+    return (
+        f"code points unassigned in older Unicode data (Python's unicodedata {unicodedata.unidata_version}) "
+        f"but classified by regex {version('regex')}: {', '.join(new)} — Unicode-version skew"
+    )
+
+
+def excerpt(text: str, at: int, width: int = 24) -> str:
+    return repr(text[max(0, at - width) : at + width])
+
+
+def check_split(text: str, expected: Sequence[str], got: Sequence[str]) -> tuple[str | None, str | None]:
+    """``(failure, disagreement)`` for the engine's pieces ``got`` of ``text`` against
+    the reference's: pieces must tile the text and equal the reference's; a
+    difference in a text with Unicode-version skew is a disagreement instead."""
+    joined = "".join(got)
+    if joined != text:
+        return (
+            f"pieces do not tile the input; they join to {excerpt(joined, 0)} (length {len(joined)}) "
+            f"for {excerpt(text, 0)} (length {len(text)})"
+        ), None
+    i = first_difference(list(expected), list(got))
+    if i is None:
+        return None, None
+    if skew := unicode_version_skew(text):
+        return None, f"the engine's split differs from CPython regex's in {text[:60]!r}; {skew}"
+    offset = sum(len(p) for p in expected[:i])  # the pieces before the first difference are equal
+    return (
+        f"pieces differ from regex.findall of the tokenizer-file pattern at text offset {offset} "
+        f"({excerpt(text, offset)})\n{first_divergence(expected, got)}"
+    ), None
+
+
+def check_encode(case: dict[str, Any], got: Sequence[int], show: Callable[[int], str] = repr) -> str | None:
+    """The encode comparison: ``case`` = ``{"text", "parse_special", "ids"}``."""
+    where = first_divergence(case["ids"], list(got), show=show)
+    if where is None:
+        return None
+    return f"ids differ from llama_tokenize on text {excerpt(case['text'], 0, 40)}\n{where}"
+
+
+def check_decode(expected: bytes, got: bytes) -> str | None:
+    at = first_difference(expected, got)
+    if at is None:
+        return None
+    return (
+        f"bytes differ from concatenated llama_token_to_piece at byte {at} (reference length "
+        f"{len(expected)}, engine length {len(got)})\n"
+        f"  reference: {expected[max(0, at - 16) : at + 16]!r}\n  engine:    {got[max(0, at - 16) : at + 16]!r}"
+    )

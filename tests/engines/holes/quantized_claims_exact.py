@@ -1,0 +1,39 @@
+"""Hole: an engine with quantized-class numerics that claims the ``exact`` class.
+
+The oracle's logits with a deterministic perturbation of up to ±0.05 per logit —
+the size of llama.cpp's activation rounding on the tiny models — served with the
+handshake claiming both classes. The ``quantized`` rows must pass (KL and top-1
+stay within llama.cpp's bounds); the ``exact`` rows must fail on max |Δlogit|.
+
+    python tests/engines/holes/quantized_claims_exact.py [--claim quantized]
+
+(``--claim quantized`` makes the same engine claim only the class it meets.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from impl.oracle import OracleEngine
+from impl.serve import serve
+
+NOISE = 0.05
+
+
+class QuantizedClaimingExact(OracleEngine):
+    name = "quantized-claims-exact"
+    classes = frozenset({"exact", "quantized"})
+
+    def logits(self, model, ids):
+        exact = np.asarray(super().logits(model, ids), dtype=np.float32)
+        rng = np.random.default_rng(len(ids))
+        return exact + rng.uniform(-NOISE, NOISE, size=exact.shape).astype(np.float32)
+
+
+if __name__ == "__main__":
+    engine = QuantizedClaimingExact()
+    if sys.argv[1:] == ["--claim", "quantized"]:
+        engine.classes = frozenset({"quantized"})
+    sys.exit(serve(engine))

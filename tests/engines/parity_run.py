@@ -1,0 +1,72 @@
+"""Run the gate suite as ``nox -s parity`` does — pytest over ``tests/gates`` in a
+subprocess, the engine a real external process — and read back its exit status,
+JSON report and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class ParityRun:
+    status: int
+    report: dict[str, Any]
+    output: str
+
+    def outcomes(self, stage: str | None = None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for case in self.report["cases"]:
+            if stage is None or case["stage"] == stage:
+                counts[case["outcome"]] = counts.get(case["outcome"], 0) + 1
+        return counts
+
+
+def script_impl(script: Path, *args: str) -> str:
+    """``--impl`` for a Python engine script run with this interpreter."""
+    return "cmd:" + shlex.join([sys.executable, str(script), *args])
+
+
+def run_parity(
+    tmp_path: Path,
+    impl: str,
+    stages: str,
+    models: str,
+    *extra: str,
+    files: tuple[str, ...] = ("tests/gates",),
+    env: dict[str, str] | None = None,
+    timeout: float = 900,
+) -> ParityRun:
+    reports = tmp_path / "reports"
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *files,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--impl",
+        impl,
+        "--stages",
+        stages,
+        "--models",
+        models,
+        "--report-dir",
+        str(reports),
+        *extra,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
+    found = sorted(reports.glob("parity-*.json"))
+    report = json.loads(found[0].read_text(encoding="utf-8")) if found else {"cases": [], "matrix": []}
+    return ParityRun(proc.returncode, report, proc.stdout + proc.stderr)
