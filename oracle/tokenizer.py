@@ -28,11 +28,21 @@ from pathlib import Path
 from oracle import bpe
 from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.gguf import GGUFFile, open_gguf
+from oracle.metadata import (
+    metadata_error,
+    read_floats,
+    read_ints,
+    read_str,
+    read_strings,
+    read_token_id,
+)
 from oracle.pretokenize import RULES, Rule, split
 from oracle.special import SpecialScanner
 from oracle.utf8 import complete_utf8_prefix_len
 
 CONTROL, USER_DEFINED = 3, 4
+# llama.cpp's token types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+MAX_TOKEN_TYPE = 6
 CHATML_FALLBACKS = ("<|im_start|>", "<|im_end|>")
 CACHE_LIMIT = 1 << 17  # pieces remembered; cleared when full, enough for ~1 MB of mixed text
 
@@ -41,6 +51,27 @@ __all__ = ["Tokenizer", "TokenizerError", "Utf8Stream", "complete_utf8_prefix_le
 
 class TokenizerError(ValueError):
     """The GGUF's tokenizer cannot be reproduced exactly; the message says why."""
+
+
+def check_merges(gguf: GGUFFile, merges: list[str]) -> None:
+    """Every merge is two non-empty symbols joined by one space (``"Ġ t"``)."""
+    bad = next((i for i, m in enumerate(merges) if " " not in m[1:-1]), None)
+    if bad is not None:
+        raise metadata_error(
+            gguf, "tokenizer.ggml.merges", f"entry {bad} is {merges[bad]!r}; expected two symbols and a space"
+        )
+
+
+def refuse_empty_special(gguf: GGUFFile, specials: dict[str, int]) -> None:
+    """A control or user-defined token (or the eos fallback) must have text: an empty
+    marker would match at every position of every input."""
+    if "" in specials:
+        raise metadata_error(
+            gguf,
+            "tokenizer.ggml.tokens",
+            f"entry {specials['']} is an empty string but is a special token "
+            "(control, user-defined or eos); a special token must have text",
+        )
 
 
 class Tokenizer:
@@ -65,24 +96,25 @@ class Tokenizer:
         gguf = source if isinstance(source, GGUFFile) else open_gguf(source, header_only=True)
         where = str(getattr(gguf, "path", source))
 
-        model = gguf.get("tokenizer.ggml.model")
+        model = read_str(gguf, "tokenizer.ggml.model")
         if model != "gpt2":
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.model is {model!r}; supported: 'gpt2' (byte-level BPE)"
             )
-        pre = gguf.get("tokenizer.ggml.pre")
+        pre = read_str(gguf, "tokenizer.ggml.pre")
         if pre not in RULES:
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.pre is {pre!r}; supported pre-tokenizer rules: {', '.join(sorted(RULES))}"
             )
-        tokens = gguf.get("tokenizer.ggml.tokens")
+        tokens = read_strings(gguf, "tokenizer.ggml.tokens")
         if not tokens:
             raise TokenizerError(f"{where}: tokenizer.ggml.tokens is missing or empty")
-        merges = gguf.get("tokenizer.ggml.merges")
-        if merges is None or len(merges) == 0:
+        merges = read_strings(gguf, "tokenizer.ggml.merges")
+        if not merges:
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.merges is missing or empty; BPE needs its merge list"
             )
+        check_merges(gguf, merges)
         vocab = set(tokens)
         missing = [b for b, ch in BYTE_TO_CHAR.items() if ch not in vocab]
         if missing:
@@ -90,22 +122,21 @@ class Tokenizer:
                 f"{where}: the vocabulary lacks {len(missing)} of the 256 byte tokens "
                 f"(first: byte 0x{missing[0]:02x} = {BYTE_TO_CHAR[missing[0]]!r}); byte fallback would be impossible"
             )
+        read_floats(gguf, "tokenizer.ggml.scores", length=len(tokens))  # unused by BPE, but must fit
 
-        types = gguf.get("tokenizer.ggml.token_type")
-        types = [1] * len(tokens) if types is None else [int(t) for t in types]
+        types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
+        types = [1] * len(tokens) if types is None else types.tolist()
         control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
         user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
         # Some converters mark the ChatML markers and eos as normal tokens; they are
         # still protocol markers. Real metadata wins: only add what is not typed yet.
-        eos = gguf.get("tokenizer.ggml.eos_token_id")
-        fallbacks = [
-            *CHATML_FALLBACKS,
-            tokens[int(eos)] if eos is not None and 0 <= int(eos) < len(tokens) else None,
-        ]
+        eos = read_token_id(gguf, "tokenizer.ggml.eos_token_id", len(tokens))
+        fallbacks = [*CHATML_FALLBACKS, None if eos is None else tokens[eos]]
         index = {tok: i for i, tok in enumerate(tokens)}
         for text in fallbacks:
             if text in index and text not in control and text not in user_defined:
                 control[text] = index[text]
+        refuse_empty_special(gguf, {**control, **user_defined})
         return cls(tokens, merges, RULES[pre], control, user_defined)
 
     # --- encode -----------------------------------------------------------------
