@@ -10,6 +10,10 @@ Two details engines get wrong:
     key_length = 128); only in its absence is the quotient used.
   * Embeddings are tied when the file has no ``output.weight``: the output
     projection then reuses ``token_embd.weight``.
+
+Every value is read through ``oracle.metadata``: a wrong type or a value out of range
+(a NaN epsilon, a negative block count) is a ``GGUFError`` naming the key; what is
+well-formed but not implemented (or missing) is an ``UnsupportedModel``.
 """
 
 from __future__ import annotations

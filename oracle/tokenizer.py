@@ -10,7 +10,10 @@ GGUF: ``tokenizer.ggml.tokens`` (id -> stand-in string), ``.merges`` (rank order
 
 The load refuses what it cannot reproduce exactly — a tokenizer model other than
 ``gpt2``, an unknown or missing pre-tokenizer rule, an empty merge list, a
-vocabulary missing any of the 256 byte tokens — with a message naming the value.
+vocabulary missing any of the 256 byte tokens — with a ``TokenizerError`` naming the
+value. Values of the wrong type or length (a ``token_type`` array longer than the
+vocabulary, a merge without its space, an empty-string control token, an eos id
+outside the vocabulary) are ``GGUFError``s naming the key (``oracle.metadata``).
 
 Semantics gated by specgate (those of the GGUF pipeline, i.e. llama.cpp):
 

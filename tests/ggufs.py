@@ -109,10 +109,22 @@ def typed_metadata(g: GGUFFile) -> dict[str, TypedValue]:
     return {key: _typed(g.types[key], value) for key, value in g.metadata.items()}
 
 
+class _Writer(GGUFWriter):
+    """gguf-py's writer, also writing the empty arrays GGUF allows and it refuses."""
+
+    def _pack_val(
+        self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None
+    ) -> bytes:
+        if vtype == GGUFValueType.ARRAY and len(val) == 0:
+            head = self._pack("I", vtype) if add_vtype else b""
+            return head + self._pack("I", sub_type or GGUFValueType.UINT8) + self._pack("Q", 0)
+        return super()._pack_val(val, vtype, add_vtype, sub_type)
+
+
 def write_typed(path: Path, kvs: dict[str, TypedValue], tensors: dict[str, np.ndarray] | None = None) -> Path:
     """A GGUF holding exactly ``kvs`` (``general.architecture`` included, with whatever type
     it is given, or absent) and the F32 ``tensors``."""
-    w = GGUFWriter(str(path), "unused")
+    w = _Writer(str(path), "unused")
     w.kv_data[0].pop("general.architecture")  # the writer adds it as a string; kvs decide
     for key, (value, vtype, sub_type) in kvs.items():
         w.add_key_value(key, value, vtype, sub_type)
