@@ -164,13 +164,23 @@ def read_strings(
     value = entries[key]
     if not isinstance(value, list | tuple):
         raise _wrong_type(source, key, value, "an array of strings")
-    bad = next((i for i, v in enumerate(value) if not isinstance(v, str)), None)
+    bad = (
+        None
+        if _read_as_strings(source, key)
+        else next((i for i, v in enumerate(value) if not isinstance(v, str)), None)
+    )
     if bad is not None:
         raise metadata_error(
             source, key, f"entry {bad} is {abbreviate(value[bad])}; expected an array of strings"
         )
     _check_length(source, key, value, length, min_length)
-    return list(value)
+    return value if isinstance(value, list) else list(value)  # no copy of a 150k vocabulary
+
+
+def _read_as_strings(source: Source, key: str) -> bool:
+    """Whether the reader decoded ``key`` as a GGUF string array: then every entry is a
+    ``str`` already, and 150k vocabulary entries need not be checked one by one."""
+    return isinstance(source, GGUFFile) and source.types.get(key) == "array[string]"
 
 
 def read_ints(

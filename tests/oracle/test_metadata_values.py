@@ -211,6 +211,12 @@ def test_the_base_model_loads_in_every_stage(tmp_path):
     assert chat_template_for(g).render([{"role": "user", "content": "x"}]) == "x<|im_end|>"
 
 
+def test_alignment_stored_as_a_bool_is_refused(tmp_path):
+    kvs = {**base_model(), "general.alignment": (True, V.BOOL, None)}
+    with pytest.raises(GGUFError, match=r"general.alignment True is not a power of two"):
+        open_gguf(write_typed(tmp_path / "m.gguf", kvs), header_only=True)
+
+
 def test_value_length_other_than_key_length_is_refused(tmp_path):
     g = changed(tmp_path, qwen2__attention__value_length=(32, V.UINT32, None))
     with pytest.raises(UnsupportedModel, match=r"value_length 32 differs from the key head size 16"):
