@@ -77,6 +77,25 @@ def refuse_empty_special(gguf: GGUFFile, specials: dict[str, int]) -> None:
         )
 
 
+def special_tokens(gguf: GGUFFile, tokens: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(control, user-defined) tokens by text, from ``tokenizer.ggml.token_type``.
+
+    Some converters mark the ChatML markers and eos as normal tokens; they are still
+    protocol markers, so they count as control tokens. Real metadata wins: only what
+    is not typed yet is added."""
+    types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
+    types = [1] * len(tokens) if types is None else types.tolist()
+    control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
+    user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
+    eos = read_token_id(gguf, "tokenizer.ggml.eos_token_id", len(tokens))
+    index = {tok: i for i, tok in enumerate(tokens)}
+    for text in [*CHATML_FALLBACKS, None if eos is None else tokens[eos]]:
+        if text in index and text not in control and text not in user_defined:
+            control[text] = index[text]
+    refuse_empty_special(gguf, {**control, **user_defined})
+    return control, user_defined
+
+
 class Tokenizer:
     def __init__(
         self,
@@ -127,19 +146,7 @@ class Tokenizer:
             )
         read_floats(gguf, "tokenizer.ggml.scores", length=len(tokens))  # unused by BPE, but must fit
 
-        types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
-        types = [1] * len(tokens) if types is None else types.tolist()
-        control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
-        user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
-        # Some converters mark the ChatML markers and eos as normal tokens; they are
-        # still protocol markers. Real metadata wins: only add what is not typed yet.
-        eos = read_token_id(gguf, "tokenizer.ggml.eos_token_id", len(tokens))
-        fallbacks = [*CHATML_FALLBACKS, None if eos is None else tokens[eos]]
-        index = {tok: i for i, tok in enumerate(tokens)}
-        for text in fallbacks:
-            if text in index and text not in control and text not in user_defined:
-                control[text] = index[text]
-        refuse_empty_special(gguf, {**control, **user_defined})
+        control, user_defined = special_tokens(gguf, tokens)
         return cls(tokens, merges, RULES[pre], control, user_defined)
 
     # --- encode -----------------------------------------------------------------
