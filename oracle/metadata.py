@@ -147,9 +147,7 @@ def read_bool(source: Source, key: str, default: T = None) -> bool | T:
 
 def _check_length(source: Source, key: str, value: Any, length: int | None, min_length: int) -> None:
     if length is not None and len(value) != length:
-        raise metadata_error(
-            source, key, f"has {len(value)} entries ({abbreviate(value)}); expected {length}, one per token"
-        )
+        raise metadata_error(source, key, f"has {len(value)} entries; expected {length}, one per token")
     if len(value) < min_length:
         raise metadata_error(source, key, f"has {len(value)} entries; expected at least {min_length}")
 
