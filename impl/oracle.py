@@ -76,9 +76,7 @@ class OracleEngine(Engine):
         from oracle.template import chat_template_for
 
         if model.gguf not in _chat_templates:  # loading validates it: a refusal is raised, not cached
-            _chat_templates[model.gguf] = chat_template_for(
-                _gguf(model.gguf).metadata, model.tokenizer_config
-            )
+            _chat_templates[model.gguf] = chat_template_for(_gguf(model.gguf), model.tokenizer_config)
         return _chat_templates[model.gguf]
 
     def render(

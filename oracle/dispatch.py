@@ -10,6 +10,10 @@ Two details engines get wrong:
     key_length = 128); only in its absence is the quotient used.
   * Embeddings are tied when the file has no ``output.weight``: the output
     projection then reuses ``token_embd.weight``.
+
+Every value is read through ``oracle.metadata``: a wrong type or a value out of range
+(a NaN epsilon, a negative block count) is a ``GGUFError`` naming the key; what is
+well-formed but not implemented (or missing) is an ``UnsupportedModel``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from oracle.gguf import GGUFFile
+from oracle.metadata import (
+    UINT32_MAX,
+    metadata_error,
+    read_bool,
+    read_float,
+    read_int,
+    read_str,
+    read_strings,
+)
 
 SUPPORTED_ARCHITECTURES = ("qwen2", "qwen3")
 VOCAB_ONLY_ARCHITECTURES = ("qwen35",)  # tokenizer-stage vocabularies without a forward
@@ -68,10 +81,21 @@ class ModelSpec:
         }
 
 
-def _require(gguf: GGUFFile, key: str) -> Any:
+# Bounds on hyper-parameters: far beyond any real model, tight enough that a corrupt
+# value is refused at load instead of becoming a huge allocation or a garbage run.
+MAX_LAYERS = 4096
+MAX_WIDTH = 1 << 20  # embedding / feed-forward length
+MAX_HEADS = 4096
+MAX_HEAD_DIM = 1 << 16
+MAX_CONTEXT = 1 << 31
+MAX_RMS_EPS = 1.0
+
+
+def _require(gguf: GGUFFile, key: str) -> str:
+    """``key`` itself, once it is known to be present (a missing one is refused by name)."""
     if key not in gguf.metadata:
         raise UnsupportedModel(f"{gguf.path}: required metadata key {key!r} is missing")
-    return gguf.metadata[key]
+    return key
 
 
 def _hparams(gguf: GGUFFile, arch: str, n_vocab: int) -> Hparams | None:
@@ -80,39 +104,60 @@ def _hparams(gguf: GGUFFile, arch: str, n_vocab: int) -> Hparams | None:
         if gguf.tensors:
             raise UnsupportedModel(f"{gguf.path}: {arch} file has tensors but no {prefix}block_count")
         return None
-    n_embd = int(_require(gguf, prefix + "embedding_length"))
-    n_head = int(_require(gguf, prefix + "attention.head_count"))
-    n_head_kv = int(gguf.get(prefix + "attention.head_count_kv", n_head))
-    if n_head <= 0 or n_head_kv <= 0 or n_head % n_head_kv:
+    n_embd = read_int(gguf, _require(gguf, prefix + "embedding_length"), 1, MAX_WIDTH)
+    n_head = read_int(gguf, _require(gguf, prefix + "attention.head_count"), 1, MAX_HEADS)
+    n_head_kv = read_int(gguf, prefix + "attention.head_count_kv", 1, MAX_HEADS, default=n_head)
+    if n_head % n_head_kv:
         raise UnsupportedModel(
             f"{gguf.path}: head_count {n_head} is not a multiple of head_count_kv {n_head_kv}"
         )
-    head_dim = int(gguf.get(prefix + "attention.key_length", n_embd // n_head))
     return Hparams(
-        n_layer=int(_require(gguf, prefix + "block_count")),
+        n_layer=read_int(gguf, _require(gguf, prefix + "block_count"), 1, MAX_LAYERS),
         n_embd=n_embd,
-        n_ff=int(_require(gguf, prefix + "feed_forward_length")),
+        n_ff=read_int(gguf, _require(gguf, prefix + "feed_forward_length"), 1, MAX_WIDTH),
         n_head=n_head,
         n_head_kv=n_head_kv,
-        head_dim=head_dim,
-        rope_base=float(gguf.get(prefix + "rope.freq_base", 10000.0)),
-        rms_eps=float(_require(gguf, prefix + "attention.layer_norm_rms_epsilon")),
-        n_ctx=int(_require(gguf, prefix + "context_length")),
+        head_dim=_head_dim(gguf, prefix, n_embd, n_head),
+        rope_base=read_float(gguf, prefix + "rope.freq_base", positive=True, default=10000.0),
+        rms_eps=read_float(
+            gguf, _require(gguf, prefix + "attention.layer_norm_rms_epsilon"), positive=True, hi=MAX_RMS_EPS
+        ),
+        n_ctx=read_int(gguf, _require(gguf, prefix + "context_length"), 1, MAX_CONTEXT),
         n_vocab=n_vocab,
         tied_embeddings=("output.weight" not in gguf.tensors) if gguf.tensors else None,
     )
 
 
+def _head_dim(gguf: GGUFFile, prefix: str, n_embd: int, n_head: int) -> int:
+    """``attention.key_length``, else n_embd / n_head — which must then divide exactly.
+
+    The forward uses one head size for keys and values, so a ``value_length`` that
+    differs from it is refused rather than run with the wrong shapes."""
+    key_length = read_int(gguf, prefix + "attention.key_length", 1, MAX_HEAD_DIM)
+    if key_length is None and n_embd % n_head:
+        raise metadata_error(
+            gguf,
+            prefix + "embedding_length",
+            f"is {n_embd}, not a multiple of {prefix}attention.head_count {n_head}, "
+            f"and {prefix}attention.key_length is absent: no head size",
+        )
+    head_dim = n_embd // n_head if key_length is None else key_length
+    value_length = read_int(gguf, prefix + "attention.value_length", 1, MAX_HEAD_DIM, default=head_dim)
+    if value_length != head_dim:
+        raise UnsupportedModel(
+            f"{gguf.path}: {prefix}attention.value_length {value_length} differs from the key head size "
+            f"{head_dim}; the oracle implements equal key and value heads"
+        )
+    return head_dim
+
+
 def _special(gguf: GGUFFile, tokens: list[str]) -> SpecialTokens:
     def token_id(key: str) -> int | None:
-        value = gguf.get(f"tokenizer.ggml.{key}_token_id")
-        if value is None:
-            return None
-        if not 0 <= int(value) < len(tokens):
-            raise UnsupportedModel(
-                f"{gguf.path}: tokenizer.ggml.{key}_token_id {value} is outside the vocabulary"
-            )
-        return int(value)
+        full = f"tokenizer.ggml.{key}_token_id"
+        value = read_int(gguf, full, 0, UINT32_MAX)
+        if value is not None and value >= len(tokens):
+            raise UnsupportedModel(f"{gguf.path}: {full} {value} is outside the vocabulary")
+        return value
 
     def lookup(text: str) -> int | None:
         try:
@@ -132,13 +177,13 @@ def _special(gguf: GGUFFile, tokens: list[str]) -> SpecialTokens:
         im_start=lookup("<|im_start|>"),
         im_end=eos if im_end is None else im_end,
         pad=token_id("padding"),
-        add_bos=bool(gguf.get("tokenizer.ggml.add_bos_token", False)),
+        add_bos=read_bool(gguf, "tokenizer.ggml.add_bos_token", default=False),
     )
 
 
 def dispatch(gguf: GGUFFile) -> ModelSpec:
     """Read what the pipeline needs to know about a model, or refuse it by name."""
-    arch = gguf.get("general.architecture")
+    arch = read_str(gguf, "general.architecture")
     if arch is None:
         raise UnsupportedModel(f"{gguf.path}: general.architecture is missing")
     if arch not in SUPPORTED_ARCHITECTURES + VOCAB_ONLY_ARCHITECTURES:
@@ -146,20 +191,20 @@ def dispatch(gguf: GGUFFile) -> ModelSpec:
             f"{gguf.path}: unsupported architecture {arch!r}; specgate's oracle implements "
             f"{', '.join(SUPPORTED_ARCHITECTURES)} (and {', '.join(VOCAB_ONLY_ARCHITECTURES)} vocabularies)"
         )
-    tokens = _require(gguf, "tokenizer.ggml.tokens")
+    tokens = read_strings(gguf, _require(gguf, "tokenizer.ggml.tokens"), min_length=1)
     hparams = _hparams(gguf, arch, len(tokens))
     if arch in VOCAB_ONLY_ARCHITECTURES and gguf.tensors:
         raise UnsupportedModel(f"{gguf.path}: {arch!r} is supported for its vocabulary only, not its weights")
-    merges = gguf.get("tokenizer.ggml.merges", [])
+    merges = read_strings(gguf, "tokenizer.ggml.merges", default=[])
     return ModelSpec(
         architecture=arch,
         hparams=hparams,
         special=_special(gguf, tokens),
         tokenizer={
-            "model": gguf.get("tokenizer.ggml.model"),
-            "pre": gguf.get("tokenizer.ggml.pre"),
+            "model": read_str(gguf, "tokenizer.ggml.model"),
+            "pre": read_str(gguf, "tokenizer.ggml.pre"),
             "n_tokens": len(tokens),
             "n_merges": len(merges),
-            "has_chat_template": "tokenizer.chat_template" in gguf.metadata,
+            "has_chat_template": read_str(gguf, "tokenizer.chat_template") is not None,
         },
     )

@@ -210,7 +210,7 @@ class GGUFFile:
 
         self.alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if (
-            not isinstance(self.alignment, int)
+            type(self.alignment) is not int  # a bool is an int to isinstance
             or self.alignment <= 0
             or self.alignment & (self.alignment - 1)
         ):

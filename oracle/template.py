@@ -42,6 +42,8 @@ from typing import Any
 
 import jinja2
 
+from oracle.metadata import Source as Metadata
+from oracle.metadata import read_str, read_strings, read_token_id
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits, SandboxRefusal, StaticRefusal, TemplateSandbox
 
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
@@ -326,14 +328,15 @@ class ChatTemplate:
         return render_compiled(self._compiled, self.source, context, self.limits)
 
 
-def special_tokens(metadata: Mapping[str, Any]) -> dict[str, str]:
-    """``bos_token``/``eos_token``/… strings: the GGUF's token ids looked up in its vocabulary."""
-    tokens = metadata.get("tokenizer.ggml.tokens") or []
+def special_tokens(metadata: Metadata) -> dict[str, str]:
+    """``bos_token``/``eos_token``/… strings: the GGUF's token ids looked up in its vocabulary
+    (a wrong-typed id, or one outside the vocabulary, is a ``GGUFError`` naming its key)."""
+    tokens = read_strings(metadata, "tokenizer.ggml.tokens", default=[])
     out = {}
     for name, key in SPECIAL_TOKEN_KEYS.items():
-        token_id = metadata.get(key)
-        if token_id is not None and 0 <= int(token_id) < len(tokens):
-            out[name] = tokens[int(token_id)]
+        token_id = read_token_id(metadata, key, len(tokens))
+        if token_id is not None:
+            out[name] = tokens[token_id]
     return out
 
 
@@ -352,14 +355,15 @@ def _config_template(tokenizer_config: Path | Mapping[str, Any] | None) -> str |
 
 
 def chat_template_for(
-    metadata: Mapping[str, Any],
+    metadata: Metadata,
     tokenizer_config: Path | Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> ChatTemplate:
     """The model's template: GGUF ``tokenizer.chat_template``, else the one in
-    ``tokenizer_config.json``, else ChatML with a visible notice."""
+    ``tokenizer_config.json``, else ChatML with a visible notice. ``metadata`` is the
+    GGUF (errors then name its path) or its metadata mapping."""
     tokens = special_tokens(metadata)
-    if (source := metadata.get("tokenizer.chat_template")) is not None:
+    if (source := read_str(metadata, "tokenizer.chat_template")) is not None:
         return ChatTemplate(source, tokens, "gguf:tokenizer.chat_template", limits)
     if (source := _config_template(tokenizer_config)) is not None:
         return ChatTemplate(source, tokens, "tokenizer_config.json:chat_template", limits)

@@ -10,7 +10,10 @@ GGUF: ``tokenizer.ggml.tokens`` (id -> stand-in string), ``.merges`` (rank order
 
 The load refuses what it cannot reproduce exactly — a tokenizer model other than
 ``gpt2``, an unknown or missing pre-tokenizer rule, an empty merge list, a
-vocabulary missing any of the 256 byte tokens — with a message naming the value.
+vocabulary missing any of the 256 byte tokens — with a ``TokenizerError`` naming the
+value. Values of the wrong type or length (a ``token_type`` array longer than the
+vocabulary, a merge without its space, an empty-string control token, an eos id
+outside the vocabulary) are ``GGUFError``s naming the key (``oracle.metadata``).
 
 Semantics gated by specgate (those of the GGUF pipeline, i.e. llama.cpp):
 
@@ -28,11 +31,21 @@ from pathlib import Path
 from oracle import bpe
 from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.gguf import GGUFFile, open_gguf
+from oracle.metadata import (
+    metadata_error,
+    read_floats,
+    read_ints,
+    read_str,
+    read_strings,
+    read_token_id,
+)
 from oracle.pretokenize import RULES, Rule, split
 from oracle.special import SpecialScanner
 from oracle.utf8 import complete_utf8_prefix_len
 
 CONTROL, USER_DEFINED = 3, 4
+# llama.cpp's token types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
+MAX_TOKEN_TYPE = 6
 CHATML_FALLBACKS = ("<|im_start|>", "<|im_end|>")
 CACHE_LIMIT = 1 << 17  # pieces remembered; cleared when full, enough for ~1 MB of mixed text
 
@@ -41,6 +54,46 @@ __all__ = ["Tokenizer", "TokenizerError", "Utf8Stream", "complete_utf8_prefix_le
 
 class TokenizerError(ValueError):
     """The GGUF's tokenizer cannot be reproduced exactly; the message says why."""
+
+
+def check_merges(gguf: GGUFFile, merges: list[str]) -> None:
+    """Every merge is two non-empty symbols joined by one space (``"Ġ t"``)."""
+    bad = next((i for i, m in enumerate(merges) if " " not in m[1:-1]), None)
+    if bad is not None:
+        raise metadata_error(
+            gguf, "tokenizer.ggml.merges", f"entry {bad} is {merges[bad]!r}; expected two symbols and a space"
+        )
+
+
+def refuse_empty_special(gguf: GGUFFile, specials: dict[str, int]) -> None:
+    """A control or user-defined token (or the eos fallback) must have text: an empty
+    marker would match at every position of every input."""
+    if "" in specials:
+        raise metadata_error(
+            gguf,
+            "tokenizer.ggml.tokens",
+            f"entry {specials['']} is an empty string but is a special token "
+            "(control, user-defined or eos); a special token must have text",
+        )
+
+
+def special_tokens(gguf: GGUFFile, tokens: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    """(control, user-defined) tokens by text, from ``tokenizer.ggml.token_type``.
+
+    Some converters mark the ChatML markers and eos as normal tokens; they are still
+    protocol markers, so they count as control tokens. Real metadata wins: only what
+    is not typed yet is added."""
+    types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
+    types = [1] * len(tokens) if types is None else types.tolist()
+    control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
+    user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
+    eos = read_token_id(gguf, "tokenizer.ggml.eos_token_id", len(tokens))
+    index = {tok: i for i, tok in enumerate(tokens)}
+    for text in [*CHATML_FALLBACKS, None if eos is None else tokens[eos]]:
+        if text in index and text not in control and text not in user_defined:
+            control[text] = index[text]
+    refuse_empty_special(gguf, {**control, **user_defined})
+    return control, user_defined
 
 
 class Tokenizer:
@@ -65,24 +118,25 @@ class Tokenizer:
         gguf = source if isinstance(source, GGUFFile) else open_gguf(source, header_only=True)
         where = str(getattr(gguf, "path", source))
 
-        model = gguf.get("tokenizer.ggml.model")
+        model = read_str(gguf, "tokenizer.ggml.model")
         if model != "gpt2":
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.model is {model!r}; supported: 'gpt2' (byte-level BPE)"
             )
-        pre = gguf.get("tokenizer.ggml.pre")
+        pre = read_str(gguf, "tokenizer.ggml.pre")
         if pre not in RULES:
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.pre is {pre!r}; supported pre-tokenizer rules: {', '.join(sorted(RULES))}"
             )
-        tokens = gguf.get("tokenizer.ggml.tokens")
+        tokens = read_strings(gguf, "tokenizer.ggml.tokens")
         if not tokens:
             raise TokenizerError(f"{where}: tokenizer.ggml.tokens is missing or empty")
-        merges = gguf.get("tokenizer.ggml.merges")
-        if merges is None or len(merges) == 0:
+        merges = read_strings(gguf, "tokenizer.ggml.merges")
+        if not merges:
             raise TokenizerError(
                 f"{where}: tokenizer.ggml.merges is missing or empty; BPE needs its merge list"
             )
+        check_merges(gguf, merges)
         vocab = set(tokens)
         missing = [b for b, ch in BYTE_TO_CHAR.items() if ch not in vocab]
         if missing:
@@ -90,22 +144,9 @@ class Tokenizer:
                 f"{where}: the vocabulary lacks {len(missing)} of the 256 byte tokens "
                 f"(first: byte 0x{missing[0]:02x} = {BYTE_TO_CHAR[missing[0]]!r}); byte fallback would be impossible"
             )
+        read_floats(gguf, "tokenizer.ggml.scores", length=len(tokens))  # unused by BPE, but must fit
 
-        types = gguf.get("tokenizer.ggml.token_type")
-        types = [1] * len(tokens) if types is None else [int(t) for t in types]
-        control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
-        user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
-        # Some converters mark the ChatML markers and eos as normal tokens; they are
-        # still protocol markers. Real metadata wins: only add what is not typed yet.
-        eos = gguf.get("tokenizer.ggml.eos_token_id")
-        fallbacks = [
-            *CHATML_FALLBACKS,
-            tokens[int(eos)] if eos is not None and 0 <= int(eos) < len(tokens) else None,
-        ]
-        index = {tok: i for i, tok in enumerate(tokens)}
-        for text in fallbacks:
-            if text in index and text not in control and text not in user_defined:
-                control[text] = index[text]
+        control, user_defined = special_tokens(gguf, tokens)
         return cls(tokens, merges, RULES[pre], control, user_defined)
 
     # --- encode -----------------------------------------------------------------
