@@ -229,7 +229,8 @@ def _file_sha256_cached(path: Path) -> str:
 
 
 def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> ModelRef:
-    """A ``ModelRef`` for a manifest id (must be fetched) or a path to a GGUF file."""
+    """A ``ModelRef`` for a manifest id (fetched, and its files verified: a damaged one is a
+    ``CorruptModelError``), a tiny model id (generated, verified likewise) or a path to a GGUF."""
     manifest = load_manifest() if manifest is None else manifest
     if spec in manifest:
         entry = manifest[spec]
