@@ -3,6 +3,7 @@
 specgate models fetch [ID ...]   download, assemble, verify and derive into the cache
 specgate models tiny             generate the tiny Qwen2/Qwen3 models in every tensor type
 specgate models list             what the manifest holds and what is cached
+specgate models verify [ID ...]  re-hash cached models in full against their sha256
 specgate models path ID          the cached GGUF's path
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 """
@@ -42,18 +43,56 @@ def _models(args: argparse.Namespace) -> int:
         generate_all()
         return 0
     if args.action == "list":
-        from specgate.fetch import is_cached
+        from specgate.fetch import cache_state
 
+        corrupt = 0
         for model_id, entry in manifest.items():
             gguf = model_cache.model_dir(model_id) / entry.file
-            state = "cached" if is_cached(entry) else "stale" if gguf.exists() else "missing"
-            print(f"{model_id:<40} {entry.architecture:<8} {entry.role:<16} {state:<8} {gguf}")
-        return 0
+            state, problem = cache_state(entry)
+            print(f"{model_id:<40} {entry.architecture:<8} {entry.role:<16} {state:<8} {gguf}", flush=True)
+            if problem:
+                print(f"specgate: {problem}", file=sys.stderr, flush=True)
+                corrupt += 1
+        return 1 if corrupt else 0
+    if args.action == "verify":
+        return _verify(manifest, args.ids)
     if args.action == "path":
         for model_id in args.ids:
             print(model_cache.model_ref(model_id, manifest).gguf)
         return 0
     raise AssertionError(args.action)
+
+
+def _verify(manifest: dict[str, model_cache.ModelEntry], ids: list[str]) -> int:
+    """``models verify``: hash every file of each model in full (stamps ignored, then renewed);
+    one row per model; exit status 1 if any is corrupt or, when named, missing."""
+    from specgate import tiny
+
+    known = [*manifest, *tiny.model_ids()]
+    for model_id in ids:
+        if model_id not in known:
+            raise model_cache.ModelError(
+                f"unknown model {model_id!r}; manifest ids: {', '.join(manifest)}; or a tiny id (tiny-qwen2-f32, ...)"
+            )
+    present = {*model_cache.cached_models(manifest), *model_cache.cached_tiny_models()}
+    failed = 0
+    for model_id in ids or [m for m in known if m in present]:
+        if model_id not in present:
+            print(f"{model_id:<40} missing", flush=True)
+            failed += 1
+            continue
+        try:
+            if model_id in manifest:
+                digest = model_cache.verify_entry(manifest[model_id], full=True)
+            else:
+                digest = model_cache.verify_tiny(model_id, full=True)
+        except model_cache.CorruptModelError as exc:
+            print(f"{model_id:<40} corrupt  {exc.path.name}", flush=True)
+            print(f"specgate: {exc}", file=sys.stderr, flush=True)
+            failed += 1
+            continue
+        print(f"{model_id:<40} ok       sha256 {digest}", flush=True)
+    return 1 if failed else 0
 
 
 def _engine(args: argparse.Namespace) -> int:
@@ -68,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("models", help="the models cache")
-    m.add_argument("action", choices=["fetch", "tiny", "list", "path"])
+    m.add_argument("action", choices=["fetch", "tiny", "list", "path", "verify"])
     m.add_argument("ids", nargs="*")
     m.set_defaults(func=_models)
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")

@@ -15,6 +15,13 @@ For one manifest entry:
 So an interrupted or failed fetch never leaves a partial file under a final name, and a
 second fetch of a complete entry downloads nothing. Every failure is one ``ModelError``
 line saying which model, which source and what went wrong.
+
+"Complete" means verified (``specgate.models.verify_entry``): a cached file that no longer
+hashes to its sha256 is fetched again — re-derived from the kept source files when they
+still verify, else downloaded. One fetch of a model runs at a time (an ``flock`` on
+``<cache>/locks/<id>.lock``, released by the kernel even when the process is killed), so
+the ``.partial`` files and ``.download`` directories found in the model's folder while
+holding the lock are the leftovers of a fetch that died, and are removed.
 """
 
 from __future__ import annotations
@@ -31,7 +38,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from specgate.models import ModelEntry, ModelError, Source, model_dir, sha256_file
+from specgate.models import (
+    CorruptModelError,
+    ModelEntry,
+    ModelError,
+    Source,
+    cache_dir,
+    kept_sources,
+    member_name,
+    model_dir,
+    record_verified,
+    sha256_file,
+    sidecar_sha256,
+    verify_entry,
+    verify_file,
+)
 
 CHUNK = 1 << 22
 MB = 1 << 20
@@ -39,31 +60,62 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
-def is_cached(entry: ModelEntry) -> bool:
-    """The GGUF is in place and its sidecar names the sha256 the manifest expects; for
-    tokenizer-files models the source files are beside it too."""
+def cache_state(entry: ModelEntry) -> tuple[str, CorruptModelError | None]:
+    """``missing`` (no GGUF), ``stale`` (its sidecar is not the manifest's pin, or a kept
+    source file is missing), ``corrupt`` (a file does not hash to its sha256; the error
+    says which) or ``cached``."""
     folder = model_dir(entry.id)
-    sidecar = folder / (entry.file + ".sha256")
-    if not (folder / entry.file).is_file() or not sidecar.is_file():
-        return False
-    if entry.expected_gguf_sha256 and sidecar.read_text().strip() != entry.expected_gguf_sha256:
-        return False
-    if entry.role == "tokenizer-files":
-        return all((folder / _member_name(s)).is_file() for s in entry.sources)
-    return True
+    if not (folder / entry.file).is_file():
+        return "missing", None
+    recorded = sidecar_sha256(folder / entry.file)
+    if recorded is None or (entry.expected_gguf_sha256 and recorded != entry.expected_gguf_sha256):
+        return "stale", None
+    if not all(path.is_file() for path, _ in kept_sources(entry)):
+        return "stale", None
+    try:
+        verify_entry(entry)
+    except CorruptModelError as exc:
+        return "corrupt", exc
+    return "cached", None
+
+
+def is_cached(entry: ModelEntry) -> bool:
+    """The GGUF (and, for tokenizer-files models, its source files) is in place, its sidecar
+    names the sha256 the manifest expects, and every file hashes to its sha256."""
+    return cache_state(entry)[0] == "cached"
 
 
 def fetch(entry: ModelEntry, log: TextIO | None = None) -> Path:
     """Make ``entry`` present and verified in the cache; return the GGUF's path."""
     log = log or sys.stderr
-    folder = model_dir(entry.id)
-    final = folder / entry.file
+    final = model_dir(entry.id) / entry.file
     if is_cached(entry):
         print(f"{entry.id}: cached ({final})", file=log)
         return final
+    with _fetch_lock(entry.id, log):
+        state, problem = cache_state(entry)  # another fetch may have completed it meanwhile
+        if state == "cached":
+            print(f"{entry.id}: cached ({final})", file=log)
+            return final
+        if problem:
+            print(
+                f"{entry.id}: {problem.path.name} is corrupt (sha256 {problem.actual}, "
+                f"expected {problem.expected}); fetching it again",
+                file=log,
+            )
+        return _fetch_locked(entry, log)
+
+
+def _fetch_locked(entry: ModelEntry, log: TextIO) -> Path:
+    folder = model_dir(entry.id)
+    final = folder / entry.file
     folder.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(folder, entry.id, log)
     with _scratch(folder, entry.file) as scratch:
-        sources = _assemble(entry, scratch, log)
+        kept = _verified_kept_sources(entry)
+        if kept:
+            print(f"{entry.id}: re-deriving from the source files kept beside it", file=log)
+        sources = kept or _assemble(entry, scratch, log)
         if entry.derive:
             gguf = scratch.new(entry.file)
             print(f"{entry.id}: deriving {entry.file} ({entry.derive})", file=log)
@@ -78,17 +130,85 @@ def fetch(entry: ModelEntry, log: TextIO | None = None) -> Path:
             )
         if entry.derive and not entry.gguf_sha256:
             print(f"{entry.id}: manifest has no gguf_sha256; derived file has {digest}", file=log)
-        if entry.derive and entry.role == "tokenizer-files" and entry.assemble == "copy":
+        if entry.derive and entry.role == "tokenizer-files" and entry.assemble == "copy" and not kept:
             for path, source in zip(sources, entry.sources, strict=True):
-                os.replace(path, folder / _member_name(source))
+                os.replace(path, folder / member_name(source))
+                if source.sha256:  # checked while it was extracted
+                    record_verified(folder / member_name(source), source.sha256)
         sidecar = folder / (entry.file + ".sha256")
         sidecar.unlink(missing_ok=True)  # never an old sidecar next to a new GGUF
         os.replace(gguf, final)
+        record_verified(final, digest)  # the bytes just hashed are the bytes in place
         fresh = scratch.new(sidecar.name)
         fresh.write_text(digest + "\n")
         os.replace(fresh, sidecar)
     print(f"{entry.id}: ok ({final}, {final.stat().st_size / MB:.1f} MB, sha256 {digest[:16]}…)", file=log)
     return final
+
+
+def _verified_kept_sources(entry: ModelEntry) -> list[Path] | None:
+    """The source files kept beside a derived GGUF, if every one is present and hashes (in
+    full) to its pin: then a damaged GGUF is re-derived from them without a download."""
+    kept = kept_sources(entry)
+    if not entry.derive or not kept or not all(s.sha256 and path.is_file() for path, s in kept):
+        return None
+    try:
+        for path, source in kept:
+            verify_file(path, source.sha256, entry.id, "", full=True)
+    except CorruptModelError:
+        return None
+    return [path for path, _ in kept]
+
+
+# -- one fetch per model at a time; leftovers of dead ones -------------------------------------
+
+
+@contextmanager
+def _fetch_lock(model_id: str, log: TextIO) -> Iterator[None]:
+    """Hold ``<cache>/locks/<id>.lock`` exclusively while fetching ``model_id``. A second
+    fetch waits (and then finds the model cached); a killed holder releases it with its
+    last file descriptor. The lock file is never deleted: that would let two holders in."""
+    import fcntl
+
+    path = cache_dir() / "locks" / f"{model_id}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "?"
+            print(
+                f"{model_id}: waiting for another fetch of it to finish (pid {holder})", file=log, flush=True
+            )
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
+
+
+def _is_leftover(path: Path) -> bool:
+    """A ``_scratch`` name: ``.<name>.<random>.partial`` file or ``.<name>.<random>.download`` dir."""
+    if not path.name.startswith("."):
+        return False
+    if path.name.endswith(".partial"):
+        return path.is_file() and not path.is_symlink()
+    return path.name.endswith(".download") and path.is_dir() and not path.is_symlink()
+
+
+def _remove_leftovers(folder: Path, model_id: str, log: TextIO) -> None:
+    """Remove what a killed fetch left in ``folder``. Only called under the model's lock, so
+    no live fetch owns any of it."""
+    leftovers = sorted(p for p in folder.iterdir() if _is_leftover(p))
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if leftovers:
+        print(f"{model_id}: removed {len(leftovers)} leftover(s) of an interrupted fetch", file=log)
 
 
 # -- temporary files -----------------------------------------------------------------------
@@ -124,10 +244,6 @@ def _scratch(folder: Path, name: str) -> Iterator[_Scratch]:
 # -- sources ---------------------------------------------------------------------------------
 
 
-def _member_name(source: Source) -> str:
-    return source.member.rsplit("/", 1)[-1]
-
-
 def _assemble(entry: ModelEntry, scratch: _Scratch, log: TextIO) -> list[Path]:
     """Download and extract every source; concat or copy; verify. Returns the artifact(s)."""
     if entry.assemble not in ("concat", "copy"):
@@ -143,7 +259,7 @@ def _assemble(entry: ModelEntry, scratch: _Scratch, log: TextIO) -> list[Path]:
         if key not in wheels:
             wheels[key] = _download(source, scratch.downloads / str(i), label, log)
         wheel = wheels[key]
-        out = target or scratch.new(_member_name(source))
+        out = target or scratch.new(member_name(source))
         mode = "ab" if target else "wb"
         print(f"{label}: extracting {source.member}", file=log)
         part = hashlib.sha256()
@@ -235,7 +351,7 @@ def _derive(entry: ModelEntry, sources: list[Path], out: Path) -> None:
     if entry.assemble == "concat":
         named = {entry.file: sources[0]}
     else:
-        named = {_member_name(source): path for path, source in zip(sources, entry.sources, strict=True)}
+        named = {member_name(source): path for path, source in zip(sources, entry.sources, strict=True)}
     try:
         derive(named, out, entry)
     except ModelError:

@@ -4,11 +4,19 @@ Cache layout: ``$SPECGATE_CACHE`` (default ``$XDG_CACHE_HOME/specgate`` or
 ``~/.cache/specgate``) / ``models/<id>/<file>``; tokenizer-file models keep their
 HF / tiktoken files beside the derived GGUF. ``--model`` also accepts a path to any
 GGUF, so users can gate their own cached files.
+
+The cache verifies what it serves: every file with a known sha256 (the manifest's pin,
+else the ``<file>.sha256`` sidecar ``fetch`` / ``tiny`` wrote) is hashed and compared
+before ``model_ref`` hands it out. Hashing a 500 MB model on every run would cost
+seconds, so the result is stamped beside the file (``<file>.verified``: size, mtime_ns,
+inode, sha256) and the file is hashed again only when one of those changes;
+``specgate models verify`` ignores the stamps and hashes everything in full.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sys
 from dataclasses import dataclass, field
@@ -28,6 +36,19 @@ MANIFEST = PROJECT_ROOT / "corpus" / "models.toml"
 
 class ModelError(Exception):
     """A model is missing, unknown, or does not match its manifest entry."""
+
+
+class CorruptModelError(ModelError):
+    """A cached file does not hash to the sha256 it was fetched with: the file is damaged
+    (or left over from an older manifest), never the engine's fault."""
+
+    def __init__(self, model_id: str, path: Path, expected: str, actual: str, repair: str) -> None:
+        self.model_id, self.path, self.repair = model_id, path, repair
+        self.expected, self.actual = expected, actual
+        super().__init__(
+            f"model {model_id!r}: cached file {path} is corrupt: sha256 is {actual}, expected {expected}; "
+            f"repair it with: {repair}"
+        )
 
 
 @dataclass(frozen=True)
@@ -91,10 +112,113 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+# -- verification: hash once per (size, mtime_ns, inode) ---------------------------------------
+
+STAMP_SUFFIX = ".verified"
+
+
+def _identity(st: os.stat_result) -> dict[str, int]:
+    """What must stay the same for a stamp to stand for the file's bytes."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+
+
+def _stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + STAMP_SUFFIX)
+
+
+def _stamped_sha256(path: Path, st: os.stat_result) -> str | None:
+    """The sha256 the stamp beside ``path`` records, if it was taken of this very file state."""
+    try:
+        stamp = json.loads(_stamp_path(path).read_text())
+        digest = stamp["sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    same = {k: stamp.get(k) for k in ("size", "mtime_ns", "inode")} == _identity(st)
+    return digest if same and isinstance(digest, str) else None
+
+
+def record_verified(path: Path, digest: str, st: os.stat_result | None = None) -> None:
+    """Stamp ``path`` as hashing to ``digest`` in its current (or the given) state. Written
+    atomically; a cache that is not writable only costs a re-hash next time."""
+    st = path.stat() if st is None else st
+    stamp = _stamp_path(path)
+    tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({**_identity(st), "sha256": digest}) + "\n")
+        os.replace(tmp, stamp)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def file_sha256(path: Path, full: bool = False) -> str:
+    """sha256 of a cache file: taken from its stamp while size, mtime_ns and inode are
+    unchanged, else (or with ``full``) hashed and stamped again."""
+    before = path.stat()
+    if not full and (digest := _stamped_sha256(path, before)) is not None:
+        return digest
+    digest = sha256_file(path)
+    if _identity(path.stat()) == _identity(before):  # not rewritten while we were reading it
+        record_verified(path, digest, before)
+    return digest
+
+
+def verify_file(path: Path, expected: str | None, model_id: str, repair: str, full: bool = False) -> str:
+    """``path``'s sha256, which must be ``expected`` (when known); a mismatch is a
+    ``CorruptModelError`` naming the file, both hashes and the command that repairs it."""
+    actual = file_sha256(path, full=full)
+    if expected is not None and actual != expected:
+        raise CorruptModelError(model_id, path, expected, actual, repair)
+    return actual
+
+
+def member_name(source: Source) -> str:
+    """The file name a ``copy`` source is kept under beside the GGUF."""
+    return source.member.rsplit("/", 1)[-1]
+
+
+def sidecar_sha256(gguf: Path) -> str | None:
+    """The sha256 ``fetch`` / ``tiny`` recorded in ``<file>.sha256`` when they wrote ``gguf``."""
+    sidecar = gguf.with_name(gguf.name + ".sha256")
+    try:
+        return sidecar.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def kept_sources(entry: ModelEntry) -> list[tuple[Path, Source]]:
+    """The source files a tokenizer-files model keeps beside its GGUF (``copy`` assembly)."""
+    if entry.role != "tokenizer-files" or entry.assemble != "copy":
+        return []
+    return [(model_dir(entry.id) / member_name(s), s) for s in entry.sources]
+
+
+def verify_entry(entry: ModelEntry, full: bool = False) -> str:
+    """Check every cached file of ``entry`` against its sha256 (the GGUF against the manifest
+    pin, else its sidecar; kept sources against their pins); return the GGUF's sha256."""
+    repair = f"specgate models fetch {entry.id}"
+    gguf = model_dir(entry.id) / entry.file
+    expected = entry.expected_gguf_sha256 or sidecar_sha256(gguf)
+    digest = verify_file(gguf, expected, entry.id, repair, full=full)
+    for path, source in kept_sources(entry):
+        if source.sha256 and path.exists():
+            verify_file(path, source.sha256, entry.id, repair, full=full)
+    return digest
+
+
+def verify_tiny(model_id: str, full: bool = False) -> str:
+    """Check a generated tiny model against the sha256 ``specgate models tiny`` recorded."""
+    from specgate import tiny
+
+    gguf = tiny.gguf_path(model_id)
+    return verify_file(gguf, sidecar_sha256(gguf), model_id, "specgate models tiny", full=full)
+
+
 def _file_sha256_cached(path: Path) -> str:
-    """sha256 of a user-supplied GGUF, remembered beside the cache keyed by size+mtime."""
+    """sha256 of a user-supplied GGUF, remembered in the cache (never beside the user's file)
+    keyed by path, size, mtime and inode."""
     st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    key = hashlib.sha256(key.encode()).hexdigest()[:32]
     memo = cache_dir() / "sha256" / key
     if memo.exists():
         return memo.read_text().strip()
@@ -105,7 +229,8 @@ def _file_sha256_cached(path: Path) -> str:
 
 
 def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> ModelRef:
-    """A ``ModelRef`` for a manifest id (must be fetched) or a path to a GGUF file."""
+    """A ``ModelRef`` for a manifest id (fetched, and its files verified: a damaged one is a
+    ``CorruptModelError``), a tiny model id (generated, verified likewise) or a path to a GGUF."""
     manifest = load_manifest() if manifest is None else manifest
     if spec in manifest:
         entry = manifest[spec]
@@ -115,11 +240,7 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
             raise ModelError(
                 f"model {spec!r} is not in the cache ({gguf}); run: specgate models fetch {spec}"
             )
-        digest = (
-            (folder / (entry.file + ".sha256")).read_text().strip()
-            if (folder / (entry.file + ".sha256")).exists()
-            else (entry.expected_gguf_sha256 or _file_sha256_cached(gguf))
-        )
+        digest = verify_entry(entry)
 
         def beside(name: str) -> Path | None:
             return folder / name if (folder / name).exists() else None
@@ -156,8 +277,7 @@ def _tiny_ref(spec: str) -> ModelRef | None:
     gguf = tiny.gguf_path(spec)
     if not gguf.exists():
         raise ModelError(f"tiny model {spec!r} is not generated ({gguf}); run: specgate models tiny")
-    sidecar = gguf.with_name(gguf.name + ".sha256")
-    digest = sidecar.read_text().strip() if sidecar.exists() else _file_sha256_cached(gguf)
+    digest = verify_tiny(spec)
     extra = {"architecture": tiny.FAMILIES[parsed[0]].arch, "tiny": True}
     return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra)
 

@@ -19,7 +19,8 @@ to a legacy type for the rest. ``tensor_types.json`` beside each GGUF records
 which tensor got which type.
 
 Model ids: ``tiny-<family>-<type>``, e.g. ``tiny-qwen2-q4_k``, ``tiny-qwen2-tied-f32``.
-Generation is idempotent: existing files are kept.
+Generation is idempotent: existing files are kept, unless they no longer hash to the
+sha256 recorded beside them when they were written — those are generated again.
 """
 
 from __future__ import annotations
@@ -151,17 +152,34 @@ def tensor_types(path: Path) -> dict[str, str]:
 
 
 def _finish(model_id: str, tmp: Path) -> None:
-    """Move a freshly written GGUF into place with its sha256 and tensor-type sidecars."""
+    """Move a freshly written GGUF into place with its sha256 and tensor-type sidecars, and
+    stamp it verified (so serving it does not hash it again)."""
     target = gguf_path(model_id)
     (target.parent / "tensor_types.json").write_text(json.dumps(tensor_types(tmp), indent=1) + "\n")
-    target.with_name(target.name + ".sha256").write_text(model_cache.sha256_file(tmp) + "\n")
+    digest = model_cache.sha256_file(tmp)
+    target.with_name(target.name + ".sha256").write_text(digest + "\n")
     tmp.replace(target)
+    model_cache.record_verified(target, digest)
+
+
+def _intact(model_id: str) -> bool:
+    """Generated, and still hashing to the sha256 recorded when it was written."""
+    if not gguf_path(model_id).exists():
+        return False
+    try:
+        model_cache.verify_tiny(model_id)
+    except model_cache.CorruptModelError as exc:
+        print(
+            f"tiny: {exc.path} is corrupt (sha256 {exc.actual}, expected {exc.expected}); generating it again"
+        )
+        return False
+    return True
 
 
 def generate_family(family: str, vocab_gguf: Path, log: bool = True) -> list[str]:
     """Every type of one family; returns the ids written (existing ones are skipped)."""
     spec = FAMILIES[family]
-    todo = [t for t in spec.types if not gguf_path(f"tiny-{family}-{t}").exists()]
+    todo = [t for t in spec.types if not _intact(f"tiny-{family}-{t}")]
     if not todo:
         return []
     work = model_cache.cache_dir() / "tiny-build" / family

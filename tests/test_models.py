@@ -104,8 +104,11 @@ def test_cold_fetch_reproduces_the_pinned_gguf_and_a_second_fetch_downloads_noth
     assert _files(folder) == [
         "qwen3-vocab.gguf",
         "qwen3-vocab.gguf.sha256",
+        "qwen3-vocab.gguf.verified",  # stamps: what was hashed on the way in is not hashed again
         "tokenizer.json",
+        "tokenizer.json.verified",
         "tokenizer_config.json",
+        "tokenizer_config.json.verified",
     ]
     assert model_cache.sha256_file(folder / entry.file) == entry.gguf_sha256
     assert (folder / "qwen3-vocab.gguf.sha256").read_text().strip() == entry.gguf_sha256
