@@ -62,11 +62,19 @@ def _die_with(parent_pid: int) -> Callable[[], None]:
     return hook
 
 
+def tied() -> dict[str, Any]:
+    """``Popen`` / ``subprocess.run`` keyword arguments: own session, killed when we die."""
+    return {"start_new_session": True, "preexec_fn": _die_with(os.getpid())}
+
+
 def spawn(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
     """``subprocess.Popen(argv, ...)`` in its own session, killed when we die."""
-    return subprocess.Popen(
-        list(argv), start_new_session=True, preexec_fn=_die_with(os.getpid()), **popen_kwargs
-    )
+    return subprocess.Popen(list(argv), **tied(), **popen_kwargs)
+
+
+def run(argv: Sequence[str], **run_kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``subprocess.run(argv, ...)`` in its own session, killed when we die."""
+    return subprocess.run(list(argv), **tied(), **run_kwargs)
 
 
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from impl import lifeline
 from impl.cmd import MAX_LINE_BYTES
 from impl.http import MAX_BODY_BYTES, HttpEngine
 from impl.protocol import EngineError
@@ -50,7 +51,7 @@ def run_client(impl: str, calls: list[list[Any]], env: dict[str, str], timeout: 
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     try:
-        proc = subprocess.run(
+        proc = lifeline.run(
             [sys.executable, str(CLIENT), plan],
             capture_output=True,
             text=True,
