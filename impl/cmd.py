@@ -4,29 +4,29 @@ speaking the JSON-lines protocol of PROTOCOL.md over its stdin/stdout.
 The process is started once per session (lazily, on the first request) and reused.
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
-engine may load weights before it says hello). The last lines of the engine's
-stderr are kept for error messages.
+engine may load weights before it says hello). What an engine writes is held in
+bounded amounts only (``impl.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr,
+kept for error messages, and one stdout line of at most
+``SPECGATE_CMD_MAX_LINE_BYTES``. The process is tied to ours (``impl.lifeline``):
+it dies with us even when we are killed outright.
 
-A crash, a hang past the deadline, a malformed line or a response carrying the
-wrong id turns into ``EngineError`` (gate outcome ``error``) for that one case; the
-process is killed and started afresh on the next request, so the run goes on. An
-error the engine *reports* in a well-formed response is an ``error`` outcome too
-(or ``Unsupported``) but needs no restart.
+A crash, a hang past the deadline, a malformed or overlong line, a response
+carrying the wrong id or a result of the wrong shape turns into ``EngineError``
+(gate outcome ``error``) for that one case; the process is killed and started
+afresh on the next request, so the run goes on. An error the engine *reports* in a
+well-formed response is an ``error`` outcome too (or ``Unsupported``) but needs no
+restart. A handshake naming another protocol version is refused for the session.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
-import queue
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,24 +34,22 @@ from typing import Any
 
 import numpy as np
 
-from impl import wire
+from impl import lifeline, pipes, wire
+from impl.envvars import env_count, env_seconds
 from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 
-STDERR_TAIL = 20  # lines of the engine's stderr quoted in an error message
+STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message
+STDERR_LINE_CHARS = 500  # each cut to its last this many characters
+STDERR_TAIL_BYTES = 16 * 1024  # all that is kept of the engine's stderr
 MAX_START_FAILURES = 3  # consecutive failed start-ups before giving up for the session
-
-
-def _env_seconds(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise EngineError(f"{name}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise EngineError(f"{name}={raw!r} must be positive")
-    return value
+# The longest stdout line accepted. The largest answer the gates ask for with the
+# default top-k (1024) is a 512-token prompt's logits: 512 x 1024 ids and logits,
+# ~5.6 MB of base64; 256 MiB leaves room for engines answering full arrays to
+# shorter prompts. Full arrays (SPECGATE_CMD_LOGITS_TOP_K=0) of a 512-token prompt
+# over Qwen's 151,936 ids are 415 MB of base64, so that setting raises the default
+# to 1 GiB (512 positions of a vocabulary up to ~390,000 ids).
+MAX_LINE_BYTES = 256 * 1024 * 1024
+MAX_LINE_BYTES_FULL_LOGITS = 1024 * 1024 * 1024
 
 
 class CmdEngine(Engine):
@@ -70,11 +68,11 @@ class CmdEngine(Engine):
         beside = Path(sys.executable).parent / self.argv[0]
         if os.sep not in self.argv[0] and shutil.which(self.argv[0]) is None and beside.exists():
             self.argv[0] = str(beside)
-        self.timeout = timeout if timeout is not None else _env_seconds("SPECGATE_CMD_TIMEOUT", 60.0)
+        self.timeout = timeout if timeout is not None else env_seconds("SPECGATE_CMD_TIMEOUT", 60.0)
         self.startup_timeout = (
             startup_timeout
             if startup_timeout is not None
-            else _env_seconds("SPECGATE_CMD_STARTUP_TIMEOUT", max(120.0, self.timeout))
+            else env_seconds("SPECGATE_CMD_STARTUP_TIMEOUT", max(120.0, self.timeout))
         )
         # The logits op asks for the top-k per position (0: the full array). 1024
         # keeps every id a reference's top-64 reaches on flat (e.g. Chinese-text)
@@ -84,10 +82,14 @@ class CmdEngine(Engine):
         if not raw_k.isdigit():
             raise EngineError(f"SPECGATE_CMD_LOGITS_TOP_K={raw_k!r} must be a non-negative integer")
         self.logits_top_k = int(raw_k)
+        self.max_line_bytes = env_count(
+            "SPECGATE_CMD_MAX_LINE_BYTES", MAX_LINE_BYTES if self.logits_top_k else MAX_LINE_BYTES_FULL_LOGITS
+        )
         self._proc: subprocess.Popen[bytes] | None = None
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._stdout: pipes.LineReader | None = None
+        self._stderr: pipes.StderrTail | None = None
         self._hello: dict[str, Any] | None = None
+        self._refusal: str | None = None  # set once the engine is refused for the session
         self._next_id = 0
         self._start_failures = 0
         self._last_start_error = ""
@@ -96,39 +98,21 @@ class CmdEngine(Engine):
 
     # --- process lifecycle --------------------------------------------------------
     def _spawn(self) -> None:
-        self._lines = queue.Queue()
-        self._stderr = collections.deque(maxlen=STDERR_TAIL)  # fresh: the old pump may still be draining
         try:
-            self._proc = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: a kill reaches its children too
+            # Its own process group (a kill reaches its children too), killed when we die.
+            self._proc = lifeline.spawn(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         except OSError as exc:
             raise EngineError(f"cmd: cannot start {self.command_line!r}: {exc}") from exc
         self.starts += 1
-        proc = self._proc
-        threading.Thread(target=self._pump_stdout, args=(proc, self._lines), daemon=True).start()
-        threading.Thread(target=self._pump_stderr, args=(proc, self._stderr), daemon=True).start()
-
-    @staticmethod
-    def _pump_stdout(proc: subprocess.Popen[bytes], lines: queue.Queue[bytes | None]) -> None:
-        assert proc.stdout is not None
-        with contextlib.suppress(OSError, ValueError):  # the stream closed under us by a kill
-            for line in proc.stdout:
-                lines.put(line)
-        lines.put(None)  # end of stream: the engine closed stdout or exited
-
-    @staticmethod
-    def _pump_stderr(proc: subprocess.Popen[bytes], tail: collections.deque[str]) -> None:
-        assert proc.stderr is not None
-        with contextlib.suppress(OSError, ValueError):
-            for line in proc.stderr:
-                tail.append(line.decode("utf-8", errors="replace").rstrip())
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._stdout = pipes.LineReader(self._proc.stdout, self.max_line_bytes)
+        self._stderr = pipes.StderrTail(self._proc.stderr, STDERR_TAIL_BYTES)
 
     def _ensure_started(self) -> None:
+        if self._refusal is not None:
+            raise EngineError(self._refusal)
         if self._proc is not None and self._hello is not None:
             return
         if self._start_failures >= MAX_START_FAILURES:
@@ -150,6 +134,7 @@ class CmdEngine(Engine):
             self._last_start_error = str(exc).splitlines()[0]
             raise
         self._start_failures = 0
+        self._check_protocol(hello)
         self._hello = hello
         ops = hello.get("ops")
         if isinstance(ops, list) and "render" in hello["capabilities"] and "render_template" not in ops:
@@ -159,39 +144,48 @@ class CmdEngine(Engine):
         # `name` stays "cmd" (gates key caches by it); messages name the engine itself.
         self.label = f"cmd:{hello.get('engine', '?')}"
 
+    def _check_protocol(self, hello: dict[str, Any]) -> None:
+        """Refuse, for the whole session, an engine speaking another protocol version:
+        its answers cannot be read by these rules, and restarting it cannot help."""
+        spoken = hello.get("protocol")
+        if spoken == wire.PROTOCOL:
+            return
+        named = f"names protocol {spoken!r}" if spoken is not None else "names no protocol"
+        self._refusal = (
+            f"cmd [{self.command_line}]: the engine's handshake {named}; specgate speaks "
+            f"{wire.PROTOCOL!r} (PROTOCOL.md) and does not gate this engine"
+        )
+        self._kill()
+        raise EngineError(self._refusal)
+
     def _kill(self) -> None:
         proc, self._proc, self._hello = self._proc, None, None
         if proc is None:
             return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
+        lifeline.kill_group(proc)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            try:
+        # stderr is closed by its draining thread when the stream ends.
+        for stream in (proc.stdin, proc.stdout):
+            with contextlib.suppress(OSError):
                 if stream is not None:
                     stream.close()
-            except OSError:
-                pass
 
     def close(self) -> None:
         proc = self._proc
         if proc is not None and proc.poll() is None and proc.stdin is not None:
             try:
-                proc.stdin.write(b'{"op":"shutdown"}\n')
+                pipes.write_all(proc.stdin, b'{"op":"shutdown"}\n', time.monotonic() + 5)
                 proc.stdin.close()
                 proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
+            except (OSError, TimeoutError, subprocess.TimeoutExpired):
                 pass
         self._kill()
 
     # --- one exchange -----------------------------------------------------------------
     def _stderr_tail(self) -> str:
         time.sleep(0.05)  # let the stderr pump catch the last words of a dying process
-        tail = list(self._stderr)
+        tail = self._stderr.lines(STDERR_TAIL_LINES, STDERR_LINE_CHARS) if self._stderr is not None else []
         return ("\n  engine stderr (last lines):\n    " + "\n    ".join(tail)) if tail else ""
 
     def _broken(self, reason: str) -> EngineError:
@@ -204,18 +198,23 @@ class CmdEngine(Engine):
         exit_note = f" (exit status {status})" if status is not None else ""
         return EngineError(f"{self.label} [{self.command_line}]: {reason}{exit_note}{self._stderr_tail()}")
 
-    def _read_line(self, timeout: float, what: str) -> str:
+    def _read_line(self, timeout: float, what: str, deadline: float | None = None) -> str:
+        """The next stdout line, by ``deadline`` (default: ``timeout`` from now)."""
+        assert self._stdout is not None
         try:
-            raw = self._lines.get(timeout=timeout)
-        except queue.Empty:
+            return self._stdout.read_line(deadline if deadline is not None else time.monotonic() + timeout)
+        except TimeoutError:
             raise self._broken(f"no answer to {what} within {timeout:g} s (hang; killed)") from None
-        if raw is None:
+        except EOFError:
             if self._proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=5)
-            raise self._broken(f"the engine exited (or closed stdout) before answering {what}")
-        try:
-            return raw.decode("utf-8")
+            raise self._broken(f"the engine exited (or closed stdout) before answering {what}") from None
+        except pipes.LineTooLong as exc:
+            raise self._broken(
+                f"answer to {what} is a line longer than {exc.max_line} bytes "
+                f"(SPECGATE_CMD_MAX_LINE_BYTES; killed)"
+            ) from None
         except UnicodeDecodeError as exc:
             raise self._broken(f"answer to {what} is not UTF-8: {exc}") from None
 
@@ -226,12 +225,17 @@ class CmdEngine(Engine):
         self._next_id += 1
         rid = self._next_id
         what = f"request {rid} ({op})"
+        deadline = time.monotonic() + self.timeout
+        message = (wire.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8")
         try:
-            self._proc.stdin.write((wire.dumps({"id": rid, "op": op, **fields}) + "\n").encode("utf-8"))
-            self._proc.stdin.flush()
+            pipes.write_all(self._proc.stdin, message, deadline)
+        except TimeoutError:
+            raise self._broken(
+                f"the engine took no {what} within {self.timeout:g} s (hang; killed)"
+            ) from None
         except OSError as exc:
             raise self._broken(f"cannot send {what}: {exc}") from None
-        line = self._read_line(self.timeout, what)
+        line = self._read_line(self.timeout, what, deadline)
         try:
             response = json.loads(line)
         except ValueError as exc:
@@ -279,8 +283,10 @@ class CmdEngine(Engine):
         return f"{self._hello.get('engine', '?')} {self._hello.get('version', '?')}"
 
     def _typed(self, value: Any, check: Any, op: str, expected: str) -> Any:
+        """The result if it has the op's shape; else, as PROTOCOL.md section 6 says, the
+        engine is broken: killed, restarted for the next request."""
         if not check(value):
-            raise EngineError(f"{self.label}: {op} must return {expected}; got {str(value)[:200]}")
+            raise self._broken(f"{op} must return {expected}; got {str(value)[:200]}")
         return value
 
     def metadata(self, model: ModelRef) -> dict[str, Any]:
@@ -334,7 +340,7 @@ class CmdEngine(Engine):
             try:
                 result = wire.expand_top_k(result["top_k"])
             except wire.WireError as exc:
-                raise EngineError(f"{self.label}: logits: {exc}") from None
+                raise self._broken(f"logits: {exc}") from None
         return self._typed(
             result,
             lambda v: isinstance(v, np.ndarray) and v.ndim == 2 and len(v) == len(ids),

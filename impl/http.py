@@ -42,18 +42,25 @@ detokenizer (0.3.36) drops every piece longer than 32 bytes, which shows in
 ``decode`` answers and candidate names — a finding about the server, passed on.
 
 A server serves one model: asking about another is declined (``Unsupported``)
-naming the model the server has. Connection failures, timeouts
-(``SPECGATE_HTTP_TIMEOUT`` seconds, default 60) and HTTP 5xx answers are
-``EngineError`` (outcome ``error``).
+naming the model the server has. Connection failures, HTTP 5xx answers, a request
+not answered in full within ``SPECGATE_HTTP_TIMEOUT`` seconds (default 60; the
+deadline of the whole request — connecting, sending, headers and body — not of
+each socket read, so a server trickling bytes cannot stretch it) and a body larger
+than ``SPECGATE_HTTP_MAX_BODY_BYTES`` (default 64 MiB; the largest answer asked
+for, a 512-token prompt echoed with 64 log-probs per position, is ~1.5 MB of JSON)
+are ``EngineError`` (outcome ``error``). Requests go straight to the server named
+(no HTTP proxy): gated servers are local or reachable directly.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import math
-import os
-import urllib.error
-import urllib.request
+import socket
+import threading
+import urllib.parse
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -61,8 +68,11 @@ from typing import Any
 
 import numpy as np
 
+from impl.envvars import env_count, env_seconds
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 
+MAX_BODY_BYTES = 64 * 1024 * 1024
+CHUNK = 1 << 16
 GREEDY = {"temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0}
 
 
@@ -73,32 +83,71 @@ class HttpEngine(Engine):
         self.base_url = base_url.strip().rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise EngineError(f"http: {base_url!r} is not an http(s) URL; use --impl 'http:http://host:port'")
-        self.timeout = (
-            timeout if timeout is not None else float(os.environ.get("SPECGATE_HTTP_TIMEOUT", "60"))
-        )
-        self.top_k = top_k if top_k is not None else int(os.environ.get("SPECGATE_HTTP_TOP_K", "64"))
+        self.timeout = timeout if timeout is not None else env_seconds("SPECGATE_HTTP_TIMEOUT", 60.0)
+        self.top_k = top_k if top_k is not None else env_count("SPECGATE_HTTP_TOP_K", 64, "candidates")
+        self.max_body_bytes = env_count("SPECGATE_HTTP_MAX_BODY_BYTES", MAX_BODY_BYTES)
         self._flavor: str | None = None
         self._served: str | None = None
 
     # --- transport ------------------------------------------------------------------
     def _http(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        req = urllib.request.Request(
-            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
-        )
+        """One request, answered in full within ``self.timeout`` seconds and in at most
+        ``self.max_body_bytes`` bytes, as parsed JSON."""
+        where = f"{method} {self.base_url}{path}"
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", errors="replace")[:500]
-            if exc.code >= 500:
-                raise EngineError(f"{self.name}: {method} {path} -> HTTP {exc.code}: {detail}") from None
-            raise _ClientError(exc.code, detail) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise EngineError(f"{self.name}: {method} {self.base_url}{path} failed: {reason}") from None
+            status, raw = self._exchange(method, path, body)
+        except _Overlong as exc:
+            raise EngineError(
+                f"{self.name}: {where} answered a body larger than {exc.limit} bytes "
+                f"(SPECGATE_HTTP_MAX_BODY_BYTES)"
+            ) from None
+        except _Expired:
+            raise EngineError(
+                f"{self.name}: {where} was not answered in full within {self.timeout:g} s "
+                f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
+            ) from None
+        except (OSError, http.client.HTTPException) as exc:
+            raise EngineError(f"{self.name}: {where} failed: {exc or type(exc).__name__}") from None
+        if status >= 400:
+            detail = raw[:500].decode("utf-8", errors="replace")
+            if status >= 500:
+                raise EngineError(f"{self.name}: {method} {path} -> HTTP {status}: {detail}")
+            raise _ClientError(status, detail)
+        try:
+            return json.loads(raw.decode("utf-8"))
         except ValueError as exc:
             raise EngineError(f"{self.name}: {method} {path} answered malformed JSON: {exc}") from None
+
+    def _exchange(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, bytes]:
+        """Status and body bytes. A timer cuts the connection at the deadline, so the
+        whole exchange, however slowly the server answers, ends by then."""
+        url = urllib.parse.urlsplit(self.base_url + path)
+        target = url.path + (f"?{url.query}" if url.query else "")
+        kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
+        conn = kind(url.hostname or "", url.port, timeout=self.timeout)
+        expired, connected = threading.Event(), []
+        timer = threading.Timer(self.timeout, _cut, args=(connected, expired))
+        timer.daemon = True
+        timer.start()
+        try:
+            conn.connect()  # bounded by the socket timeout; the cut then covers the rest
+            connected.append(conn.sock)  # the connection hands its socket to the response
+            if expired.is_set():
+                raise _Expired
+            data = json.dumps(body).encode("utf-8") if body is not None else None
+            conn.request(method, target, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            answer = response.status, _read_bounded(response, self.max_body_bytes)
+        except (OSError, http.client.HTTPException):
+            if expired.is_set():
+                raise _Expired from None
+            raise
+        finally:
+            timer.cancel()
+            conn.close()
+        if expired.is_set():  # a body without a length ends where the cut ended it
+            raise _Expired
+        return answer
 
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         try:
@@ -315,6 +364,38 @@ class HttpEngine(Engine):
         }
         probs = self._post("/completion", body)["completion_probabilities"][0]["top_logprobs"]
         return {int(p["id"]): float(p["logprob"]) for p in probs}
+
+
+class _Overlong(Exception):
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
+
+
+class _Expired(Exception):
+    """The whole-request deadline passed."""
+
+
+def _cut(connected: list[socket.socket], expired: threading.Event) -> None:
+    """End a connection at its deadline: a read or write in progress returns at once."""
+    expired.set()
+    for sock in connected:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def _read_bounded(response: http.client.HTTPResponse, limit: int) -> bytes:
+    """The body, refused (``_Overlong``) as soon as it is known to exceed ``limit``."""
+    declared = response.getheader("Content-Length")
+    if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        raise _Overlong(limit)
+    parts, size = [], 0
+    while chunk := response.read(min(CHUNK, limit + 1 - size)):
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise _Overlong(limit)
+    return b"".join(parts)
 
 
 class _ClientError(Exception):

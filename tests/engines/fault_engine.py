@@ -6,10 +6,21 @@ serves IMPL (default ``oracle``; ``toy`` / ``toy-own-templates`` are the small
 adapters below) over
 PROTOCOL.md, and injects one fault chosen by environment variables:
 
-  SPECGATE_FAULT       die | hang | garbage | wrong-id | (unset: no fault)
+  SPECGATE_FAULT       die | hang | garbage | wrong-id | wrong-shape | endless-line |
+                       flood-stderr | protocol | (unset: no fault)
   SPECGATE_FAULT_AT    the request number (1-based, counted per process) that faults
   SPECGATE_FAULT_ONCE  a file path: fault only if it does not exist yet, then create
                        it — so the restarted engine behaves (a one-off crash)
+  SPECGATE_FAULT_BYTES how much ``endless-line`` / ``flood-stderr`` write (default:
+                       without end / 8 MiB per request)
+  SPECGATE_FAULT_PROTOCOL  the protocol version the ``protocol`` fault's handshake
+                       names ("" names none)
+
+``wrong-shape`` answers a string where a result of another type is due;
+``endless-line`` starts a stdout line and never ends it (then hangs);
+``flood-stderr`` writes to stderr, without a newline, before answering each request
+from ``SPECGATE_FAULT_AT`` on. The toy adapter itself exits (status 7) when asked to
+encode the text ``die``.
 """
 
 from __future__ import annotations
@@ -24,8 +35,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from impl import wire
 from impl.protocol import Engine, ModelRef, Unsupported
 from impl.serve import _claim_stdout, serve
+
+MIB = 1 << 20
 
 
 class ToyEngine(Engine):
@@ -66,6 +80,9 @@ class ToyEngine(Engine):
             raise Unsupported("toy refuses the word 'refuse'")
         if text == "boom":
             raise RuntimeError("toy exploded")
+        if text == "die":
+            print("toy: asked to die", file=sys.stderr, flush=True)
+            os._exit(7)
         return list(text.encode("utf-8"))
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
@@ -108,11 +125,31 @@ def _armed() -> bool:
     return True
 
 
+def _write_unended(stream: IO[bytes], total: int | None, fill: bytes) -> None:
+    """``total`` bytes (``None``: without end) of ``fill``, never a newline."""
+    chunk = fill * MIB
+    written = 0
+    while total is None or written < total:
+        part = chunk if total is None else chunk[: total - written]
+        stream.write(part)
+        stream.flush()
+        written += len(part)
+
+
+def _fault_bytes(default: int | None) -> int | None:
+    raw = os.environ.get("SPECGATE_FAULT_BYTES")
+    return int(raw) if raw else default
+
+
 def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
     mode = os.environ.get("SPECGATE_FAULT", "")
     at = int(os.environ.get("SPECGATE_FAULT_AT", "1"))
     for n, raw in enumerate(lines, start=1):
-        if mode and n == at and _armed():
+        if mode == "flood-stderr" and n >= at:
+            _write_unended(sys.stderr.buffer, _fault_bytes(8 * MIB), b"e")
+            yield raw
+            continue
+        if mode and mode != "protocol" and n == at and _armed():  # "protocol" faults the handshake only
             print(f"fault engine: injecting {mode!r} at request {n}", file=sys.stderr, flush=True)
             if mode == "die":
                 os._exit(3)
@@ -123,6 +160,13 @@ def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
                 out.write("{this is not json\n")
             elif mode == "wrong-id":
                 out.write(json.dumps({"id": request["id"] + 1000, "result": []}) + "\n")
+            elif mode == "wrong-shape":
+                out.write(json.dumps({"id": request["id"], "result": "a string, not a list"}) + "\n")
+            elif mode == "endless-line":
+                out.write(f'{{"id": {request["id"]}, "result": "')
+                out.flush()
+                _write_unended(out.buffer, _fault_bytes(None), b"x")
+                time.sleep(3600)
             out.flush()
             continue
         yield raw
@@ -130,6 +174,8 @@ def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
 
 def main() -> int:
     spec = sys.argv[1] if len(sys.argv) > 1 else "oracle"
+    if os.environ.get("SPECGATE_FAULT") == "protocol":
+        wire.PROTOCOL = os.environ.get("SPECGATE_FAULT_PROTOCOL", "") or None  # the handshake's version
     out = _claim_stdout()
     return serve(
         TARGETS[spec]() if spec in TARGETS else spec, stdin=faulty(iter(sys.stdin.buffer), out), stdout=out

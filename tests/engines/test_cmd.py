@@ -185,3 +185,51 @@ def test_timeout_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
         CmdEngine("true")
     monkeypatch.setenv("SPECGATE_CMD_TIMEOUT", "7")
     assert CmdEngine("true").timeout == 7.0
+
+
+@pytest.mark.parametrize(
+    ("spoken", "named"),
+    [("specgate-jsonl/2", "names protocol 'specgate-jsonl/2'"), ("", "names no protocol")],
+)
+def test_a_handshake_naming_another_protocol_is_refused_for_the_session(
+    toy, monkeypatch: pytest.MonkeyPatch, spoken: str, named: str
+) -> None:
+    monkeypatch.setenv("SPECGATE_FAULT_PROTOCOL", spoken)
+    engine = toy(fault="protocol")
+    expected = f"the engine's handshake {named}; specgate speaks 'specgate-jsonl/1'"
+    for _ in range(2):  # refused again at once: no restart can change the version it speaks
+        with pytest.raises(EngineError) as refused:
+            engine.encode(MODEL, "a", parse_special=False)
+        assert expected in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
+    assert engine.starts == 1
+
+
+def test_a_result_of_the_wrong_shape_is_an_error_then_the_engine_restarts(toy, tmp_path: Path) -> None:
+    engine = toy(fault="wrong-shape", at=2, once=tmp_path / "fired")
+    assert engine.encode(MODEL, "a", parse_special=False) == [97]
+    with pytest.raises(EngineError, match="encode must return a list of integers; got a string, not a list"):
+        engine.encode(MODEL, "b", parse_special=False)
+    assert engine.encode(MODEL, "c", parse_special=False) == [99]  # PROTOCOL.md section 6: a fresh process
+    assert engine.starts == 2
+
+
+def test_the_line_bound_is_a_setting(toy, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SPECGATE_CMD_MAX_LINE_BYTES", str(1 << 20))
+    engine = toy(fault="endless-line", at=1, once=tmp_path / "fired")
+    with pytest.raises(EngineError, match=r"request 1 \(encode\) is a line longer than 1048576 bytes"):
+        engine.encode(MODEL, "a", parse_special=False)
+    assert engine.encode(MODEL, "b", parse_special=False) == [98]
+    monkeypatch.setenv("SPECGATE_CMD_MAX_LINE_BYTES", "1e9")
+    with pytest.raises(
+        EngineError, match=r"SPECGATE_CMD_MAX_LINE_BYTES='1e9' must be a positive whole number"
+    ):
+        CmdEngine("true")
+
+
+def test_full_logits_arrays_raise_the_default_line_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full float32 array for a 512-token prompt over Qwen's vocabulary is 415 MB of
+    base64: past the 256 MiB default, within the full-array default."""
+    full_answer = math.ceil(512 * 151936 * 4 / 3) * 4
+    assert CmdEngine("true").max_line_bytes < full_answer
+    monkeypatch.setenv("SPECGATE_CMD_LOGITS_TOP_K", "0")
+    assert CmdEngine("true").max_line_bytes > full_answer

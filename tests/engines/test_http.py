@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from impl import lifeline
 from impl.http import HttpEngine
 from impl.protocol import EngineError, ModelRef, Unsupported
 from specgate import models as model_cache
@@ -73,8 +74,8 @@ def server(model: ModelRef, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "--n_threads",
         os.environ.get("SPECGATE_LLAMA_THREADS", "2"),
     ]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log, "wb") as out:  # tied to this process: it dies with pytest, even under SIGKILL
+        proc = lifeline.spawn(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     try:
@@ -90,11 +91,11 @@ def server(model: ModelRef, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 time.sleep(0.5)
         yield url
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+        lifeline.kill_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            lifeline.kill_group(proc)
             proc.wait()
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from impl import lifeline
 from specgate import models as model_cache
 from specgate.plugin import model_missing
 
@@ -133,7 +133,7 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
         str(tmp_path),
         *mutant.extra,
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ))
     (path,) = tmp_path.glob("parity-*.json")
     report = json.loads(path.read_text(encoding="utf-8"))
 

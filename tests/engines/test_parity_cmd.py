@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
+from impl import lifeline
 from specgate import models as model_cache
 from specgate.plugin import model_missing
 
@@ -59,7 +59,7 @@ def run_gates(
         str(reports / "junit.xml"),
         *extra,
     ]
-    proc = subprocess.run(
+    proc = lifeline.run(  # dies with pytest, and its engines with it
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})}
     )
     (report,) = reports.glob("parity-*.json")
