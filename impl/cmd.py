@@ -7,9 +7,10 @@ start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). The last lines of the engine's
 stderr are kept for error messages.
 
-A crash, a hang past the deadline, a malformed line or a response carrying the
-wrong id turns into ``EngineError`` (gate outcome ``error``) for that one case; the
-process is killed and started afresh on the next request, so the run goes on. An
+A crash, a hang past the deadline, a malformed line, a response carrying the
+wrong id or a result that does not follow its op's schema (``protocol/results/``)
+turns into ``EngineError`` (gate outcome ``error``) for that one case; the process
+is killed and started afresh on the next request, so the run goes on. An
 error the engine *reports* in a well-formed response is an ``error`` outcome too
 (or ``Unsupported``) but needs no restart.
 """
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from impl import wire
+from impl import schema, wire
 from impl.protocol import CAPABILITIES, Engine, EngineError, ModelRef, Unsupported
 
 STDERR_TAIL = 20  # lines of the engine's stderr quoted in an error message
@@ -248,6 +249,9 @@ class CmdEngine(Engine):
             raise EngineError(f"engine reported {err.get('type', 'an error')}: {message}")
         if "result" not in response:
             raise self._broken(f"answer to {what} has neither result nor error: {line[:200]!r}")
+        shape_problem = schema.result_problem(op, response["result"]) if op in wire.OPS else None
+        if shape_problem:  # a wrong-shaped result is a broken engine (PROTOCOL.md section 6)
+            raise self._broken(f"answer to {what} does not follow the protocol: {shape_problem}")
         try:
             return wire.decode_value(response["result"])
         except wire.WireError as exc:
@@ -265,14 +269,8 @@ class CmdEngine(Engine):
         assert self._hello is not None
         return f"{self._hello.get('engine', '?')} {self._hello.get('version', '?')}"
 
-    def _typed(self, value: Any, check: Any, op: str, expected: str) -> Any:
-        if not check(value):
-            raise EngineError(f"{self.label}: {op} must return {expected}; got {str(value)[:200]}")
-        return value
-
     def metadata(self, model: ModelRef) -> dict[str, Any]:
-        result = self.request("metadata", model=wire.model_to_wire(model))
-        return self._typed(result, lambda v: isinstance(v, dict), "metadata", "an object")
+        return self.request("metadata", model=wire.model_to_wire(model))
 
     def render(
         self,
@@ -281,37 +279,25 @@ class CmdEngine(Engine):
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> str:
-        result = self.request(
+        return self.request(
             "render",
             model=wire.model_to_wire(model),
             messages=wire.encode_value(list(messages)),
             add_generation_prompt=add_generation_prompt,
             kwargs=wire.encode_value(kwargs),
         )
-        return self._typed(result, lambda v: isinstance(v, str), "render", "a string")
 
     def render_template(self, template: str, context: dict[str, Any]) -> str:
-        result = self.request("render_template", template=template, context=wire.encode_value(context))
-        return self._typed(result, lambda v: isinstance(v, str), "render_template", "a string")
+        return self.request("render_template", template=template, context=wire.encode_value(context))
 
     def split(self, model: ModelRef, text: str) -> list[str]:
-        result = self.request("split", model=wire.model_to_wire(model), text=text)
-        return self._typed(
-            result,
-            lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
-            "split",
-            "a list of strings",
-        )
+        return self.request("split", model=wire.model_to_wire(model), text=text)
 
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        result = self.request(
-            "encode", model=wire.model_to_wire(model), text=text, parse_special=parse_special
-        )
-        return self._typed(result, _int_list, "encode", "a list of integers")
+        return self.request("encode", model=wire.model_to_wire(model), text=text, parse_special=parse_special)
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        result = self.request("decode", model=wire.model_to_wire(model), ids=[int(i) for i in ids])
-        return self._typed(result, lambda v: isinstance(v, bytes), "decode", 'bytes ({"$bytes": base64})')
+        return self.request("decode", model=wire.model_to_wire(model), ids=[int(i) for i in ids])
 
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         result = self.request(
@@ -322,34 +308,25 @@ class CmdEngine(Engine):
                 result = wire.expand_top_k(result["top_k"])
             except wire.WireError as exc:
                 raise EngineError(f"{self.label}: logits: {exc}") from None
-        return self._typed(
-            result,
-            lambda v: isinstance(v, np.ndarray) and v.ndim == 2 and len(v) == len(ids),
-            "logits",
-            f"a [{len(ids)}, n_vocab] $array",
-        )
+        if len(result) != len(ids):  # the schema fixes the form; the row count depends on the request
+            raise self._broken(f"logits must have {len(ids)} rows (one per id); got {len(result)}")
+        return result
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
-        result = self.request(
+        return self.request(
             "sample",
             logits=wire.encode_value(np.asarray(logits)),
             params=wire.encode_value(params),
             r=float(r),
         )
-        return self._typed(result, lambda v: isinstance(v, dict), "sample", "an object")
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
-        result = self.request(
+        return self.request(
             "generate",
             model=wire.model_to_wire(model),
             ids=[int(i) for i in ids],
             params=wire.encode_value(params),
         )
-        return self._typed(result, lambda v: isinstance(v, dict), "generate", "an object")
-
-
-def _int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
 class _CmdEngineWithoutRenderTemplate(CmdEngine):
