@@ -227,3 +227,45 @@ def test_specgate_engine_refuses_a_request_that_does_not_follow_its_schema() -> 
         "requests/encode.schema.json#/properties/text/type at request['text']: 7 is not of type 'string'"
         in (response["error"]["message"])
     )
+
+
+# --- the oracle served by `specgate engine`, validated by the client on real requests ------------
+
+
+def oracle_engine() -> CmdEngine:
+    return CmdEngine(
+        shlex.join([sys.executable, "-m", "specgate.cli", "engine", "--impl", "oracle"]), timeout=120
+    )
+
+
+def test_oracle_served_by_specgate_engine_follows_the_schemas_on_real_requests() -> None:
+    """Every op the oracle answers on a real vocabulary, and the sampler on a real logit
+    window, crosses the client's schema validation (a violation would raise and restart)."""
+    from specgate import models as model_cache
+    from specgate.plugin import model_missing
+    from specgate.sampling import logits_of
+
+    if "qwen3-vocab" not in model_cache.cached_models():
+        model_missing("qwen3-vocab; run: specgate models fetch")
+    model = model_cache.model_ref("qwen3-vocab")
+    engine = oracle_engine()
+    try:
+        meta = engine.metadata(model)
+        assert meta["architecture"] == "qwen3"
+        text = "Hello <|im_end|> 日本語 <think>x</think>"
+        assert "".join(engine.split(model, text)) == text
+        ids = engine.encode(model, text, parse_special=True)
+        assert engine.decode(model, ids) == text.encode("utf-8")
+        assert engine.decode(model, [ids[0], ids[-1] + 10**7]) == b"Hello"  # out-of-range id skipped
+        messages = [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "ok", "reasoning": "r", "tool_calls": None},
+        ]
+        assert "<|im_start|>user\nhi" in engine.render(model, messages, add_generation_prompt=False)
+        window = ROOT / "snapshots" / "qwen2.5-coder-0.5b-instruct" / "sample.json"  # a real logit window
+        case = next(iter(json.loads(window.read_text(encoding="utf-8"))["cases"].values()))
+        sampled = engine.sample(logits_of(case), case["params"], case["r"])
+        assert sampled["ids"] and len(sampled["ids"]) == len(sampled["probs"])
+        assert engine.starts == 1  # no answer was refused as wrong-shaped
+    finally:
+        engine.close()
