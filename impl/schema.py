@@ -139,9 +139,8 @@ def op_table() -> str:
         request = schema(f"requests/{op}.schema.json")
         required, optional = request_fields(op)
         fields = ", ".join([f"`{f}`" for f in required] + [f"`{f}` (optional)" for f in optional])
-        rows.append(
-            f"| `{op}` | `{request['x-capability']}` | {fields} | {schema(f'results/{op}.schema.json')['description']} |"
-        )
+        result = _cell(schema(f"results/{op}.schema.json")["description"])
+        rows.append(f"| `{op}` | `{request['x-capability']}` | {fields} | {result} |")
     return "\n".join(rows)
 
 
@@ -151,8 +150,13 @@ def keys_table(op: str) -> str:
     rows = ["| key | required | value | meaning |", "|---|---|---|---|"]
     for key, spec in result["properties"].items():
         required = "yes" if key in result.get("required", ()) else "no"
-        rows.append(f"| `{key}` | {required} | {_kind(spec)} | {spec.get('description', '')} |")
+        rows.append(f"| `{key}` | {required} | {_kind(spec)} | {_cell(spec.get('description', ''))} |")
     return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: a ``|`` (even inside a code span) must be escaped."""
+    return text.replace("|", "\\|")
 
 
 def _kind(spec: dict[str, Any]) -> str:

@@ -48,7 +48,7 @@ def doc_op_rows() -> dict[str, tuple[str, list[str], list[str]]]:
     text = schema.marked_sections(PROTOCOL_MD.read_text(encoding="utf-8"))["ops"]
     rows = {}
     for line in text.splitlines()[2:]:
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
         op, capability, fields = cells[0].strip("`"), cells[1].strip("`"), cells[2]
         parts = [f.strip() for f in fields.split(",")]
         required = [p.strip("`") for p in parts if not p.endswith("(optional)")]
