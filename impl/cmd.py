@@ -11,11 +11,12 @@ kept for error messages, and one stdout line of at most
 it dies with us even when we are killed outright.
 
 A crash, a hang past the deadline, a malformed or overlong line, a response
-carrying the wrong id or a result of the wrong shape turns into ``EngineError``
-(gate outcome ``error``) for that one case; the process is killed and started
-afresh on the next request, so the run goes on. An error the engine *reports* in a
-well-formed response is an ``error`` outcome too (or ``Unsupported``) but needs no
-restart. A handshake naming another protocol version is refused for the session.
+carrying the wrong id or a result that does not follow its op's schema
+(``protocol/results/``) turns into ``EngineError`` (gate outcome ``error``) for
+that one case; the process is killed and started afresh on the next request, so
+the run goes on. An error the engine *reports* in a well-formed response is an
+``error`` outcome too (or ``Unsupported``) but needs no restart. A handshake naming
+another protocol version is refused for the session.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from impl import lifeline, pipes, wire
+from impl import lifeline, pipes, schema, wire
 from impl.envvars import env_count, env_seconds
 from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 
@@ -135,6 +136,10 @@ class CmdEngine(Engine):
             raise
         self._start_failures = 0
         self._check_protocol(hello)
+        if problem := schema.problem("handshake.schema.json", hello, "handshake"):
+            self._refusal = f"cmd [{self.command_line}]: the handshake does not follow PROTOCOL.md: {problem}"
+            self._kill()
+            raise EngineError(self._refusal)
         self._hello = hello
         ops = hello.get("ops")
         if isinstance(ops, list) and "render" in hello["capabilities"] and "render_template" not in ops:
@@ -252,6 +257,9 @@ class CmdEngine(Engine):
             raise EngineError(f"engine reported {err.get('type', 'an error')}: {message}")
         if "result" not in response:
             raise self._broken(f"answer to {what} has neither result nor error: {line[:200]!r}")
+        shape_problem = schema.result_problem(op, response["result"]) if op in wire.OPS else None
+        if shape_problem:  # a wrong-shaped result is a broken engine (PROTOCOL.md section 6)
+            raise self._broken(f"answer to {what} does not follow the protocol: {shape_problem}")
         try:
             return wire.decode_value(response["result"])
         except wire.WireError as exc:
@@ -282,16 +290,8 @@ class CmdEngine(Engine):
         assert self._hello is not None
         return f"{self._hello.get('engine', '?')} {self._hello.get('version', '?')}"
 
-    def _typed(self, value: Any, check: Any, op: str, expected: str) -> Any:
-        """The result if it has the op's shape; else, as PROTOCOL.md section 6 says, the
-        engine is broken: killed, restarted for the next request."""
-        if not check(value):
-            raise self._broken(f"{op} must return {expected}; got {str(value)[:200]}")
-        return value
-
     def metadata(self, model: ModelRef) -> dict[str, Any]:
-        result = self.request("metadata", model=wire.model_to_wire(model))
-        return self._typed(result, lambda v: isinstance(v, dict), "metadata", "an object")
+        return self.request("metadata", model=wire.model_to_wire(model))
 
     def render(
         self,
@@ -300,37 +300,25 @@ class CmdEngine(Engine):
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> str:
-        result = self.request(
+        return self.request(
             "render",
             model=wire.model_to_wire(model),
             messages=wire.encode_value(list(messages)),
             add_generation_prompt=add_generation_prompt,
             kwargs=wire.encode_value(kwargs),
         )
-        return self._typed(result, lambda v: isinstance(v, str), "render", "a string")
 
     def render_template(self, template: str, context: dict[str, Any]) -> str:
-        result = self.request("render_template", template=template, context=wire.encode_value(context))
-        return self._typed(result, lambda v: isinstance(v, str), "render_template", "a string")
+        return self.request("render_template", template=template, context=wire.encode_value(context))
 
     def split(self, model: ModelRef, text: str) -> list[str]:
-        result = self.request("split", model=wire.model_to_wire(model), text=text)
-        return self._typed(
-            result,
-            lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
-            "split",
-            "a list of strings",
-        )
+        return self.request("split", model=wire.model_to_wire(model), text=text)
 
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        result = self.request(
-            "encode", model=wire.model_to_wire(model), text=text, parse_special=parse_special
-        )
-        return self._typed(result, _int_list, "encode", "a list of integers")
+        return self.request("encode", model=wire.model_to_wire(model), text=text, parse_special=parse_special)
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        result = self.request("decode", model=wire.model_to_wire(model), ids=[int(i) for i in ids])
-        return self._typed(result, lambda v: isinstance(v, bytes), "decode", 'bytes ({"$bytes": base64})')
+        return self.request("decode", model=wire.model_to_wire(model), ids=[int(i) for i in ids])
 
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         result = self.request(
@@ -341,34 +329,25 @@ class CmdEngine(Engine):
                 result = wire.expand_top_k(result["top_k"])
             except wire.WireError as exc:
                 raise self._broken(f"logits: {exc}") from None
-        return self._typed(
-            result,
-            lambda v: isinstance(v, np.ndarray) and v.ndim == 2 and len(v) == len(ids),
-            "logits",
-            f"a [{len(ids)}, n_vocab] $array",
-        )
+        if len(result) != len(ids):  # the schema fixes the form; the row count depends on the request
+            raise self._broken(f"logits must have {len(ids)} rows (one per id); got {len(result)}")
+        return result
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
-        result = self.request(
+        return self.request(
             "sample",
             logits=wire.encode_value(np.asarray(logits)),
             params=wire.encode_value(params),
             r=float(r),
         )
-        return self._typed(result, lambda v: isinstance(v, dict), "sample", "an object")
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
-        result = self.request(
+        return self.request(
             "generate",
             model=wire.model_to_wire(model),
             ids=[int(i) for i in ids],
             params=wire.encode_value(params),
         )
-        return self._typed(result, lambda v: isinstance(v, dict), "generate", "an object")
-
-
-def _int_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
 class _CmdEngineWithoutRenderTemplate(CmdEngine):

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from impl import wire
+from impl import schema, wire
 from impl.protocol import Engine, Unsupported
 from impl.registry import UnknownImpl, resolve
 
@@ -45,6 +45,9 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     _, names = wire.OPS[op]
     if op not in implemented_ops(engine):
         return _error(rid, "unsupported", f"{engine.name} does not offer {op!r}")
+    request_problem = schema.request_problem(request)
+    if request_problem:
+        return _error(rid, "bad_request", request_problem)
     try:
         args = []
         for name in names:
@@ -75,9 +78,13 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     if isinstance(top_k, int) and top_k > 0 and isinstance(result, np.ndarray) and result.ndim == 2:
         result = {"top_k": wire.top_k_logits(result, top_k)}
     try:
-        return {"id": rid, "result": wire.encode_value(result)}
+        encoded = wire.encode_value(result)
     except wire.WireError as exc:
         return _error(rid, "engine", f"result cannot be sent: {exc}")
+    result_problem = schema.result_problem(op, encoded)
+    if result_problem:  # what this server sends follows the protocol, or is reported as the engine's failure
+        return _error(rid, "engine", f"{engine.name} answered a result of the wrong shape: {result_problem}")
+    return {"id": rid, "result": encoded}
 
 
 def implemented_ops(engine: Engine) -> list[str]:
@@ -111,6 +118,9 @@ def serve(impl: str | Engine, stdin: Iterable[bytes] | None = None, stdout: IO[s
         "classes": sorted(engine.classes),
         "ops": implemented_ops(engine),
     }
+    if hello_problem := schema.problem("handshake.schema.json", hello, where="handshake"):
+        print(f"specgate engine: {engine.name}: {hello_problem}", file=sys.stderr)
+        return 1
     out.write(wire.dumps(hello) + "\n")
     out.flush()
     try:

@@ -99,10 +99,13 @@ class ToyEngine(Engine):
         return out
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
-        return {"id": int(np.argmax(logits)), "r": r, "params": params, "probs": {3: 0.25}}
+        top = int(np.argmax(logits))
+        step = {"step": "top_k", "ids": [top], "probs": [1.0]}
+        return {"steps": [step], "ids": [top], "probs": [1.0], "token": top, "chain": [f"r={r}", *params]}
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
-        return {"ids": [*ids, 0], "text": b"\xe4\xbd", "stop": "max_tokens"}
+        data = b"\xe4\xbd"  # an incomplete character: the streamed chunk holds it back
+        return {"ids": [*ids, 0], "bytes": data.hex(), "chunks": [], "finish_reason": "length"}
 
 
 class ToyWithoutRenderTemplate(ToyEngine):

@@ -94,11 +94,18 @@ def test_every_op_round_trips_its_values(toy) -> None:
     assert logits.dtype == np.float32 and logits.shape == (3, 8)
     assert logits[2, 0] == np.float32(2 / 3) and math.isnan(logits[0, 1]) and logits[0, 2] == -np.inf
     sampled = engine.sample(np.array([0.1, 3.0, -1.0], dtype=np.float32), {"top_k": 2, "top_p": 0.9}, 0.25)
-    assert sampled == {"id": 1, "r": 0.25, "params": {"top_k": 2, "top_p": 0.9}, "probs": {3: 0.25}}
+    assert sampled == {
+        "steps": [{"step": "top_k", "ids": [1], "probs": [1.0]}],
+        "ids": [1],
+        "probs": [1.0],
+        "token": 1,
+        "chain": ["r=0.25", "top_k", "top_p"],
+    }
     assert engine.generate(MODEL, [1, 2], {"max_tokens": 1}) == {
         "ids": [1, 2, 0],
-        "text": b"\xe4\xbd",
-        "stop": "max_tokens",
+        "bytes": "e4bd",
+        "chunks": [],
+        "finish_reason": "length",
     }
     assert engine.starts == 1  # one process served all of it
 
@@ -124,7 +131,10 @@ def test_reported_errors_keep_the_engine_running(toy) -> None:
         engine.encode(MODEL, "boom", parse_special=False)
     with pytest.raises(EngineError, match=r"bad_request: .*unknown op 'tokenise'"):
         engine.request("tokenise", text="x")
-    with pytest.raises(EngineError, match=r"bad_request: .*needs field 'parse_special'"):
+    with pytest.raises(
+        EngineError,
+        match=r"bad_request: .*requests/encode.schema.json#/required at request: 'parse_special' is a required",
+    ):
         engine.request("encode", model={"id": "m", "gguf": "/m.gguf", "sha256": "0"}, text="x")
     assert engine.encode(MODEL, "ok", parse_special=False) == [111, 107]
     assert engine.starts == 1
