@@ -35,7 +35,6 @@ from typing import IO, Any
 
 import numpy as np
 
-from impl import wire
 from impl.protocol import Engine, ModelRef, Unsupported
 from impl.serve import _claim_stdout, serve
 
@@ -177,9 +176,17 @@ def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
 
 def main() -> int:
     spec = sys.argv[1] if len(sys.argv) > 1 else "oracle"
-    if os.environ.get("SPECGATE_FAULT") == "protocol":
-        wire.PROTOCOL = os.environ.get("SPECGATE_FAULT_PROTOCOL", "") or None  # the handshake's version
     out = _claim_stdout()
+    if os.environ.get("SPECGATE_FAULT") == "protocol":
+        # A handshake naming another version (or none), written by hand: `specgate engine`
+        # itself refuses to send one that does not follow the handshake's schema.
+        spoken = os.environ.get("SPECGATE_FAULT_PROTOCOL", "") or None
+        hello = {"engine": "toy", "version": "1.0", "capabilities": ["encode"]}
+        out.write(json.dumps({"protocol": spoken, **hello} if spoken else hello) + "\n")
+        out.flush()
+        for _ in sys.stdin:  # answers nothing: the client must not get this far
+            pass
+        return 0
     return serve(
         TARGETS[spec]() if spec in TARGETS else spec, stdin=faulty(iter(sys.stdin.buffer), out), stdout=out
     )

@@ -217,7 +217,9 @@ def test_a_handshake_naming_another_protocol_is_refused_for_the_session(
 def test_a_result_of_the_wrong_shape_is_an_error_then_the_engine_restarts(toy, tmp_path: Path) -> None:
     engine = toy(fault="wrong-shape", at=2, once=tmp_path / "fired")
     assert engine.encode(MODEL, "a", parse_special=False) == [97]
-    with pytest.raises(EngineError, match="encode must return a list of integers; got a string, not a list"):
+    with pytest.raises(
+        EngineError, match=r"results/encode\.schema\.json#/type at result: 'a string, not a list'"
+    ):
         engine.encode(MODEL, "b", parse_special=False)
     assert engine.encode(MODEL, "c", parse_special=False) == [99]  # PROTOCOL.md section 6: a fresh process
     assert engine.starts == 2
