@@ -4,6 +4,7 @@ specgate models fetch [ID ...]   download, assemble, verify and derive into the 
 specgate models tiny             generate the tiny Qwen2/Qwen3 models in every tensor type
 specgate models list             what the manifest holds and what is cached
 specgate models path ID          the cached GGUF's path
+specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 """
 
@@ -53,7 +54,24 @@ def _models(args: argparse.Namespace) -> int:
         for model_id in args.ids:
             print(model_cache.model_ref(model_id, manifest).gguf)
         return 0
+    if args.action == "export":
+        return _export(args.ids, manifest)
     raise AssertionError(args.action)
+
+
+def _export(ids: list[str], manifest: dict) -> int:
+    """``models export ID DIR``: ID a manifest id, a tiny model id or a path to a GGUF."""
+    from pathlib import Path
+
+    from specgate.export import export
+
+    if len(ids) != 2:
+        raise model_cache.ModelError(
+            "usage: specgate models export ID DIR (a model id or .gguf path, a folder)"
+        )
+    for path in export(model_cache.model_ref(ids[0], manifest).gguf, Path(ids[1])):
+        print(path)
+    return 0
 
 
 def _engine(args: argparse.Namespace) -> int:
@@ -68,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("models", help="the models cache")
-    m.add_argument("action", choices=["fetch", "tiny", "list", "path"])
+    m.add_argument("action", choices=["fetch", "tiny", "list", "path", "export"])
     m.add_argument("ids", nargs="*")
     m.set_defaults(func=_models)
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
