@@ -5,15 +5,16 @@ libraries (HF ``tokenizers``, and the engines built on them) load ``tokenizer.js
 ``specgate models export ID DIR`` writes those files from the GGUF alone, laid out like
 the tokenizer.json Qwen ships (Qwen3-0.6B's is the model followed here):
 
-* ``model`` — byte-level BPE: every NORMAL token in ``vocab`` under its GGUF id, the
+* ``model`` — byte-level BPE: every normal token in ``vocab`` under its GGUF id, the
   merges in GGUF rank order (pairs), no whole-piece lookup (``ignore_merges: false``:
   llama.cpp always merges, see ``tests/test_derive.py``'s Qwen3.6 case);
 * ``pre_tokenizer`` — ``Split`` with the ``tokenizer.ggml.pre`` rule's regex from
   ``corpus/pretokenizer_patterns.json`` (isolated), then ``ByteLevel(use_regex=false)``;
 * ``decoder`` — ``ByteLevel``; ``normalizer`` — none: the GGUF pipeline does not
   normalize (Qwen's own tokenizer.json applies NFC; that is the one deliberate difference);
-* ``added_tokens`` — the CONTROL and USER_DEFINED tokens at their GGUF ids, ``special``
-  exactly when llama.cpp treats the token as a control token. HF's
+* ``added_tokens`` — the CONTROL and USER_DEFINED tokens at their GGUF ids (see
+  ``bpe_vocab`` for how HF is made to keep those ids), ``special`` exactly when
+  llama.cpp treats the token as a control token. HF's
   ``encode_special_tokens`` (transformers' ``split_special_tokens``) then gives
   llama.cpp's ``parse_special=false``: control tokens are text, user-defined ones
   (``<think>``, ``<tool_call>``) are still matched.
@@ -137,11 +138,18 @@ def added_token_flags(vocab: GGUFVocabulary) -> dict[int, bool]:
 
 
 def bpe_vocab(vocab: GGUFVocabulary, added: dict[int, bool]) -> dict[str, int]:
-    """token -> GGUF id for the BPE model: every token but the added ones and the
-    unreachable UNUSED fillers. A duplicate spelling would make two ids one: refused."""
+    """token -> GGUF id for the BPE model: every token but the UNUSED fillers (no merge
+    reaches them) and, where HF would number them right, the added tokens.
+
+    HF ``tokenizers`` does not take an added token's id from ``added_tokens``: it uses the
+    token's id in the model's vocab if it has one, else numbers it right after the model's
+    vocab (its size, then consecutively). That is the layout of Qwen's files (added tokens
+    right after the BPE vocab), and it is kept whenever the GGUF has it. Anywhere else
+    (a filler before the added tokens, an added token in the middle of the vocab) the
+    added tokens go into the model's vocab too, which pins every id to the GGUF's."""
     out: dict[str, int] = {}
     for i, (tok, kind) in enumerate(zip(vocab.tokens, vocab.types, strict=True)):
-        if i in added or kind == UNUSED:
+        if kind == UNUSED and i not in added:
             continue
         if tok in out:
             raise ExportError(f"{vocab.where}: token {tok!r} appears twice (ids {out[tok]} and {i})")
@@ -152,6 +160,9 @@ def bpe_vocab(vocab: GGUFVocabulary, added: dict[int, bool]) -> dict[str, int]:
             f"{vocab.where}: the vocabulary lacks {len(missing)} of the 256 byte tokens "
             f"(first: byte 0x{missing[0]:02x}); a byte-level BPE needs them all"
         )
+    normal = {tok: i for tok, i in out.items() if i not in added}
+    if sorted(added) == list(range(len(normal), len(normal) + len(added))):
+        return normal  # HF numbers the added tokens exactly as the GGUF does
     return out
 
 

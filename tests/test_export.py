@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 from gguf import GGUFValueType
 
+from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import open_gguf
 from oracle.tokenizer import Tokenizer as GGUFTokenizer
 from specgate import export, snapshots
@@ -77,8 +78,14 @@ def _oracle(gguf: Path) -> GGUFTokenizer:
 
 def load(tokenizer_json: dict[str, Any] | Path) -> Any:
     if isinstance(tokenizer_json, Path):
-        return tokenizers.Tokenizer.from_file(str(tokenizer_json))
+        return _load_file(tokenizer_json)
     return tokenizers.Tokenizer.from_str(json.dumps(tokenizer_json))
+
+
+@cache
+def _load_file(path: Path) -> Any:
+    """``Tokenizer.from_file``, once per file (a 150k vocabulary takes seconds to load)."""
+    return tokenizers.Tokenizer.from_file(str(path))
 
 
 def encode(tok: Any, text: str, parse_special: bool) -> list[int]:
@@ -304,23 +311,88 @@ def test_a_planted_mistake_is_caught(mistake, tmp_path_factory):
     assert any(caught.values()), f"{mistake}: no check catches it"
 
 
+# -- a small GGUF with every kind of token -------------------------------------------------------
+
+BYTES = [BYTE_TO_CHAR[b] for b in range(256)]
+SMALL = {  # id -> (token, GGUF type) after the 256 byte tokens
+    256: ("he", export.NORMAL),
+    257: ("ll", export.NORMAL),
+    258: ("hell", export.NORMAL),
+    259: ("hello", export.NORMAL),
+    260: ("[PAD260]", export.UNUSED),  # a filler before the added tokens: nothing after it moves
+    261: ("<|im_end|>", export.NORMAL),  # typed normal by some converter; still a control token
+    262: ("</s>", export.NORMAL),  # the eos, typed normal: still a control token
+    263: ("<think>", export.USER_DEFINED),
+    264: ("<|endoftext|>", export.CONTROL),
+}
+
+
+def small_gguf(path: Path, *, pre: str = "qwen2", tokens: list[str] | None = None, merges=None) -> Path:
+    vocab = BYTES + [t for t, _ in SMALL.values()] if tokens is None else tokens
+    types = [export.NORMAL] * 256 + [k for _, k in SMALL.values()]
+    str_, arr = GGUFValueType.STRING, GGUFValueType.ARRAY
+    kvs = [
+        ("tokenizer.ggml.model", "gpt2", str_, None),
+        ("tokenizer.ggml.pre", pre, str_, None),
+        ("tokenizer.ggml.tokens", vocab, arr, str_),
+        ("tokenizer.ggml.token_type", types[: len(vocab)], arr, GGUFValueType.INT32),
+        ("tokenizer.ggml.merges", ["h e", "l l", "he ll", "hell o"] if merges is None else merges, arr, str_),
+        ("tokenizer.ggml.eos_token_id", 262, GGUFValueType.UINT32, None),
+        ("tokenizer.chat_template", "{{ messages[0].content }}", str_, None),
+    ]
+    write_vocab_only(path, "qwen2", kvs)
+    return path
+
+
+def test_a_small_gguf_with_every_kind_of_token(tmp_path):
+    """Fillers before the added tokens, control markers typed normal, a user-defined token:
+    ids stay the GGUF's, and the export encodes like the oracle's GGUF tokenizer."""
+    gguf = small_gguf(tmp_path / "small.gguf")
+    export.export(gguf, tmp_path / "out")
+    tok = load(tmp_path / "out" / "tokenizer.json")
+    tokens, types = _gguf(gguf)
+    assert id_mismatches(tok, tokens, types) == []
+    assert tok.id_to_token(260) is None and tok.token_to_id("[PAD260]") is None
+    texts = ["hello<|im_end|>hello</s><think>[PAD260]<|endoftext|> hello", *probe_texts(tokens, types)]
+    assert probe_mismatches(tok, GGUFTokenizer.from_gguf(gguf), texts) == []
+    assert encode(tok, "hello<|im_end|></s><think>", True) == [259, 261, 262, 263]
+    config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["eos_token"] == "</s>" and config["chat_template"] == "{{ messages[0].content }}"
+    flags = {int(i): a["special"] for i, a in config["added_tokens_decoder"].items()}
+    assert flags == {261: True, 262: True, 263: False, 264: True}
+
+
+def test_what_cannot_be_exported_is_refused_by_name(tmp_path):
+    def refusal(**kwargs: Any) -> str:
+        gguf = small_gguf(tmp_path / "bad.gguf", **kwargs)
+        with pytest.raises(export.ExportError) as exc:
+            export.export(gguf, tmp_path / "never")
+        assert not (tmp_path / "never").exists()
+        return str(exc.value)
+
+    tokens = BYTES + [t for t, _ in SMALL.values()]
+    assert "tokenizer.ggml.pre is 'llama-bpe'" in refusal(pre="llama-bpe")
+    assert "appears twice (ids 256 and 257)" in refusal(tokens=[*BYTES, "he", "he", *tokens[258:]])
+    assert "lacks 1 of the 256 byte tokens (first: byte 0x00)" in refusal(tokens=["xyz", *tokens[1:]])
+    assert "merge 1 is 'll', not 'left right'" in refusal(merges=["h e", "ll"])
+
+
 # -- the command ------------------------------------------------------------------------------
 
 
 def test_cli_exports_and_refuses_clearly(tmp_path, capsys):
     try:
-        ref = model_ref("qwen3.6-vocab")
+        ref = model_ref("deepseek-r1-distill-qwen-7b-vocab")
     except ModelError as exc:
         model_missing(str(exc))
-    out = tmp_path / "qwen3.6"
-    assert main(["models", "export", "qwen3.6-vocab", str(out)]) == 0
+    out = tmp_path / "r1"
+    assert main(["models", "export", ref.gguf.as_posix(), str(out)]) == 0  # a path, as for a user GGUF
     assert capsys.readouterr().out.split() == [
         str(out / "tokenizer.json"),
         str(out / "tokenizer_config.json"),
     ]
-    assert load(out / "tokenizer.json").encode("x = 1").ids == GGUFTokenizer.from_gguf(ref.gguf).encode(
-        "x = 1", False
-    )
+    text = "<｜User｜>x = 1<think>"
+    assert encode(load(out / "tokenizer.json"), text, True) == _oracle(ref.gguf).encode(text, True)
 
     def refused(*args: str) -> str:
         assert main(["models", "export", *args]) == 2
@@ -328,20 +400,13 @@ def test_cli_exports_and_refuses_clearly(tmp_path, capsys):
         assert err.startswith("specgate: ") and err.count("\n") == 1, err
         return err
 
-    assert "will not overwrite" in refused("qwen3.6-vocab", str(out))
-    assert "usage: specgate models export ID DIR" in refused("qwen3.6-vocab")
+    assert "will not overwrite" in refused(ref.id, str(out))
+    assert "usage: specgate models export ID DIR" in refused(ref.id)
     assert "unknown model" in refused("no-such-model", str(tmp_path / "x"))
     not_gguf = tmp_path / "broken.gguf"
     not_gguf.write_bytes(b"not a gguf at all")
     assert "cannot read the GGUF" in refused(str(not_gguf), str(tmp_path / "y"))
-    llama3 = tmp_path / "llama3.gguf"  # a vocabulary whose pre-tokenizer rule export does not know
-    kvs = [
-        ("tokenizer.ggml.model", "gpt2", GGUFValueType.STRING, None),
-        ("tokenizer.ggml.pre", "llama-bpe", GGUFValueType.STRING, None),
-        ("tokenizer.ggml.tokens", ["a", "b", "ab"], GGUFValueType.ARRAY, GGUFValueType.STRING),
-        ("tokenizer.ggml.merges", ["a b"], GGUFValueType.ARRAY, GGUFValueType.STRING),
-    ]
-    write_vocab_only(llama3, "llama", kvs)
+    llama3 = small_gguf(tmp_path / "llama3.gguf", pre="llama-bpe")
     err = refused(str(llama3), str(tmp_path / "z"))
     assert "tokenizer.ggml.pre is 'llama-bpe'" in err and "qwen35" in err
     assert not (tmp_path / "z").exists()
