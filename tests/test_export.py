@@ -202,11 +202,17 @@ def test_tokenizer_config_loads_in_transformers(exported):
         assert hf.bos_token_id == meta["tokenizer.ggml.bos_token_id"]
     if "tokenizer.ggml.padding_token_id" in meta:
         assert hf.pad_token_id == meta["tokenizer.ggml.padding_token_id"]
-    text = "Hello <|im_start|>world<think>"
-    ids = _oracle(exported.ref.gguf).encode(text, parse_special=True)
+    types = meta["tokenizer.ggml.token_type"]
+    user_defined = next((t for t, k in zip(tokens, types, strict=True) if k == export.USER_DEFINED), "")
+    text = f"Hello {hf.eos_token}world{user_defined} <|im_start|>"
+    oracle = _oracle(exported.ref.gguf)
+    ids = oracle.encode(text, parse_special=True)
     assert hf(text, add_special_tokens=False)["input_ids"] == ids
     bos = [meta["tokenizer.ggml.bos_token_id"]] if meta.get("tokenizer.ggml.add_bos_token") else []
     assert hf(text)["input_ids"] == bos + ids  # add_special_tokens: BOS exactly when the GGUF adds it
+    # transformers' split_special_tokens is llama.cpp's parse_special=false
+    split = transformers.AutoTokenizer.from_pretrained(str(exported.folder), split_special_tokens=True)
+    assert split(text, add_special_tokens=False)["input_ids"] == oracle.encode(text, parse_special=False)
     assert exported.files["tokenizer_config.json"]["clean_up_tokenization_spaces"] is False
 
 
@@ -309,6 +315,18 @@ def test_a_planted_mistake_is_caught(mistake, tmp_path_factory):
     }
     print(f"\n{mistake} ({model_id}): {caught}")
     assert any(caught.values()), f"{mistake}: no check catches it"
+
+
+def test_a_tiny_model_exports_the_vocabulary_it_carries(tmp_path_factory):
+    """The tiny models carry qwen2.5-coder's tokenizer keys: same files, by tiny id."""
+    try:
+        tiny = model_ref("tiny-qwen3-f32")
+    except ModelError as exc:
+        model_missing(str(exc))
+    folder = tmp_path_factory.mktemp("tiny")
+    assert main(["models", "export", tiny.id, str(folder)]) == 0
+    source = exported_once("qwen2.5-coder-0.5b-instruct", tmp_path_factory).files["tokenizer.json"]
+    assert json.loads((folder / "tokenizer.json").read_text(encoding="utf-8")) == source
 
 
 # -- a small GGUF with every kind of token -------------------------------------------------------
