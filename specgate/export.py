@@ -11,13 +11,15 @@ the tokenizer.json Qwen ships (Qwen3-0.6B's is the model followed here):
 * ``pre_tokenizer`` — ``Split`` with the ``tokenizer.ggml.pre`` rule's regex from
   ``corpus/pretokenizer_patterns.json`` (isolated), then ``ByteLevel(use_regex=false)``;
 * ``decoder`` — ``ByteLevel``; ``normalizer`` — none: the GGUF pipeline does not
-  normalize (Qwen's own tokenizer.json applies NFC; that is the one deliberate difference);
+  normalize (Qwen's own tokenizer.json applies NFC);
 * ``added_tokens`` — the CONTROL and USER_DEFINED tokens at their GGUF ids (see
   ``bpe_vocab`` for how HF is made to keep those ids), ``special`` exactly when
   llama.cpp treats the token as a control token. HF's
   ``encode_special_tokens`` (transformers' ``split_special_tokens``) then gives
   llama.cpp's ``parse_special=false``: control tokens are text, user-defined ones
-  (``<think>``, ``<tool_call>``) are still matched.
+  (``<think>``, ``<tool_call>``) are still matched. Where the GGUF's types differ from
+  Qwen's file (its FIM and repo tokens are control tokens in the GGUF, unflagged upstream),
+  the GGUF wins: the export reproduces the GGUF pipeline, not the upstream file.
 
 The ``[PAD<id>]`` fillers llama.cpp's converter appends up to the embedding size (typed
 UNUSED) are left out, as in the upstream tokenizer.json: as added tokens they would be
@@ -302,7 +304,10 @@ def export(gguf: Path, out_dir: Path) -> list[Path]:
         raise ExportError(f"will not overwrite {', '.join(present)}; remove them or choose another DIR")
     vocab = read_vocabulary(gguf)
     contents = (tokenizer_json(vocab), tokenizer_config(vocab))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for target, content in zip(targets, contents, strict=True):
-        target.write_text(json.dumps(content, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for target, content in zip(targets, contents, strict=True):
+            target.write_text(json.dumps(content, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ExportError(f"cannot write into {out_dir}: {exc.strerror or exc}") from None
     return targets

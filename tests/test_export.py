@@ -158,6 +158,19 @@ def test_ids_are_the_gguf_ids(exported):
     assert tok.get_vocab_size(with_added_tokens=True) == len(tokens) - fillers
 
 
+def test_fillers_decode_to_nothing_and_encode_as_text_as_in_llamacpp(tmp_path_factory):
+    llama_cpp = pytest.importorskip("llama_cpp")
+    exp = exported_once("qwen3-vocab", tmp_path_factory)
+    tokens, types = _gguf(exp.ref.gguf)
+    filler = types.index(export.UNUSED)
+    tok = load(exp.folder / "tokenizer.json")
+    llm = llama_cpp.Llama(model_path=str(exp.ref.gguf), vocab_only=True, verbose=False)
+    assert tok.decode([filler]) == llm.detokenize([filler], special=True).decode() == ""
+    text = tokens[filler]
+    assert encode(tok, text, True) == llm.tokenize(text.encode(), add_bos=False, special=True)
+    assert len(encode(tok, text, True)) > 1
+
+
 def test_the_corpus_encodes_like_llamacpp(exported):
     """The whole tokenizer corpus, special-token parsing on and off, against llama.cpp's ids."""
     recorded = snapshots.load(exported.ref, "encode")
@@ -421,6 +434,8 @@ def test_cli_exports_and_refuses_clearly(tmp_path, capsys):
     assert "will not overwrite" in refused(ref.id, str(out))
     assert "usage: specgate models export ID DIR" in refused(ref.id)
     assert "unknown model" in refused("no-such-model", str(tmp_path / "x"))
+    (tmp_path / "a-file").write_text("")
+    assert "cannot write into" in refused(ref.id, str(tmp_path / "a-file"))
     not_gguf = tmp_path / "broken.gguf"
     not_gguf.write_bytes(b"not a gguf at all")
     assert "cannot read the GGUF" in refused(str(not_gguf), str(tmp_path / "y"))
