@@ -5,6 +5,7 @@ specgate models tiny             generate the tiny Qwen2/Qwen3 models in every t
 specgate models list             what the manifest holds and what is cached
 specgate models verify [ID ...]  re-hash cached models in full against their sha256
 specgate models path ID          the cached GGUF's path
+specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 """
 
@@ -60,6 +61,8 @@ def _models(args: argparse.Namespace) -> int:
         for model_id in args.ids:
             print(model_cache.model_ref(model_id, manifest).gguf)
         return 0
+    if args.action == "export":
+        return _export(args.ids, manifest)
     raise AssertionError(args.action)
 
 
@@ -95,6 +98,21 @@ def _verify(manifest: dict[str, model_cache.ModelEntry], ids: list[str]) -> int:
     return 1 if failed else 0
 
 
+def _export(ids: list[str], manifest: dict) -> int:
+    """``models export ID DIR``: ID a manifest id, a tiny model id or a path to a GGUF."""
+    from pathlib import Path
+
+    from specgate.export import export
+
+    if len(ids) != 2:
+        raise model_cache.ModelError(
+            "usage: specgate models export ID DIR (a model id or .gguf path, a folder)"
+        )
+    for path in export(model_cache.model_ref(ids[0], manifest).gguf, Path(ids[1])):
+        print(path)
+    return 0
+
+
 def _engine(args: argparse.Namespace) -> int:
     from impl.serve import serve
 
@@ -107,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("models", help="the models cache")
-    m.add_argument("action", choices=["fetch", "tiny", "list", "path", "verify"])
+    m.add_argument("action", choices=["fetch", "tiny", "list", "path", "verify", "export"])
     m.add_argument("ids", nargs="*")
     m.set_defaults(func=_models)
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
