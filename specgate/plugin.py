@@ -202,11 +202,12 @@ def check_usage(config: pytest.Config) -> None:
         check(config.getoption("--impl"))
     except UnknownImpl as exc:
         raise pytest.UsageError(str(exc)) from None
-    for spec in config.getoption("--model"):
+    explicit = config.getoption("--model")
+    for spec in explicit or selected_models(config):  # the cache's own models are verified too
         try:
             ref = get_model(spec)
         except model_cache.ModelError as exc:
-            raise pytest.UsageError(f"--model {spec!r}: {exc}") from None
+            raise pytest.UsageError(f"--model {spec!r}: {exc}" if explicit else str(exc)) from None
         if ref.role == "user":
             from oracle.gguf import GGUFError, open_gguf
 

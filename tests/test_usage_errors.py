@@ -83,3 +83,24 @@ def test_a_model_file_that_cannot_be_gated_is_one_line(which: str, says: str, fi
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:")]
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert len(errors) == 1 and says in errors[0], errors
+
+
+def test_a_corrupt_cached_model_is_one_line_not_a_failing_engine(
+    tmp_path: Path, files: dict[str, Path]
+) -> None:
+    import shutil
+
+    cache = tmp_path / "cache"
+    source = model_cache.model_dir(VOCAB)
+    shutil.copytree(source, cache / "models" / VOCAB)
+    gguf = cache / "models" / VOCAB / model_cache.load_manifest()[VOCAB].file
+    data = bytearray(gguf.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    gguf.write_bytes(bytes(data))
+    for args in (["--models", VOCAB], []):  # named, or served from the cache by default
+        proc = run(*args, env={"SPECGATE_CACHE": str(cache)})
+        errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:")]
+        assert proc.returncode == 4, proc.stdout[-2000:]
+        assert (
+            len(errors) == 1 and "is corrupt" in errors[0] and f"specgate models fetch {VOCAB}" in errors[0]
+        )

@@ -82,10 +82,14 @@ def test_a_quantized_engine_claiming_exact_fails_the_exact_rows(tmp_path: Path) 
         TINY,
         "-k",
         "not long_code_512",
+        env={"SPECGATE_LOGITS_LOG": str(tmp_path / "forwards.log")},
     )
     assert run.status == 1, run.output[-3000:]
     quantized, exact = run.outcomes("logits/quantized"), run.outcomes("logits/exact")
     assert set(quantized) == {"pass"} and exact == {"fail": quantized["pass"]}, (quantized, exact)
+    # One forward per prompt, however many classes read it.
+    forwards = (tmp_path / "forwards.log").read_text().splitlines()
+    assert len(forwards) == quantized["pass"], forwards
     exact = next(c for c in run.report["cases"] if c["stage"] == "logits/exact")
     assert "max |Δlogit|" in exact["message"] and "> tolerance 0.0003" in exact["message"]
 

@@ -7,11 +7,13 @@ stay within llama.cpp's bounds); the ``exact`` rows must fail on max |Δlogit|.
 
     python tests/engines/holes/quantized_claims_exact.py [--claim quantized]
 
-(``--claim quantized`` makes the same engine claim only the class it meets.)
+(``--claim quantized`` makes the same engine claim only the class it meets;
+``SPECGATE_LOGITS_LOG=FILE`` appends a line per forward pass to FILE.)
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -27,6 +29,9 @@ class QuantizedClaimingExact(OracleEngine):
     classes = frozenset({"exact", "quantized"})
 
     def logits(self, model, ids):
+        if log := os.environ.get("SPECGATE_LOGITS_LOG"):  # one line per forward, for the tests
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"{model.id} {len(ids)}\n")
         exact = np.asarray(super().logits(model, ids), dtype=np.float32)
         rng = np.random.default_rng(len(ids))
         return exact + rng.uniform(-NOISE, NOISE, size=exact.shape).astype(np.float32)
