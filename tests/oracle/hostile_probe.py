@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from oracle import template as tpl
-from oracle.template_bounds import DEFAULT_LIMITS, Limits
+from oracle.template_sandbox import DEFAULT_LIMITS, Limits
 
 
 def _status_kb(field: str) -> int:

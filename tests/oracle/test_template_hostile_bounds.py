@@ -22,8 +22,7 @@ import pytest
 
 from oracle import template as tpl
 from oracle.gguf import open_gguf
-from oracle.template_bounds import DEFAULT_LIMITS, Limits, check_template_source, check_tree_depth
-from oracle.template_sandbox import TemplateSandbox
+from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
 from specgate import render_corpus
 from specgate.plugin import get_model
 
@@ -32,6 +31,9 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 REFUSAL_SECONDS = 1.0
 PEAK_MB = 256
 HANG_SECONDS = 5.0
+# A child's address space is capped, so that a regression raises MemoryError in it
+# instead of taking gigabytes from the machine (far above the 256 MB bound).
+ADDRESS_SPACE_CAP_MB = 2048
 ROOT = Path(__file__).resolve().parents[2]
 HOSTILE = render_corpus.hostile_templates()
 
@@ -46,6 +48,8 @@ def probed() -> dict[str, dict]:
         "tests.oracle.hostile_probe",
         "--timeout",
         str(HANG_SECONDS),
+        "--memory-cap-mb",
+        str(ADDRESS_SPACE_CAP_MB),
         *map(str, paths),
     ]
     done = subprocess.run(
@@ -130,6 +134,8 @@ MARGINS = {"max_template_tokens": 4, "max_block_depth": 2, "max_bracket_depth": 
 @pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
 def test_real_templates_are_far_inside_the_source_bounds(model_id):
     """Each published template passes the source checks with every bound divided by its margin."""
+    from oracle.template_bounds import check_template_source, check_tree_depth
+
     model = get_model(model_id)
     source = tpl.chat_template_for(
         open_gguf(model.gguf, header_only=True).metadata, model.tokenizer_config
