@@ -38,6 +38,7 @@ import jinja2
 import jinja2.nodes as nodes
 import jinja2.runtime
 import jinja2.utils
+from jinja2.lexer import Token
 from jinja2.sandbox import MAX_RANGE
 
 
@@ -52,11 +53,12 @@ class Limits:
     ``0.5 s + 350 x 5 ms``, while a hostile template given a three-message canary is
     stopped after 0.5 s — a refusal well inside a second.
 
-    The source bounds are far above every real template (the published Qwen and
-    DeepSeek templates are 2-10 KB, under 2,000 tokens, blocks nested at most 6
-    deep, brackets 4, expression trees ~20 levels) and low enough that compiling a
-    template at the bound takes a fraction of a second: jinja2 compiles ~30,000
-    tokens a second, so 10,000 tokens is ~0.35 s.
+    The source bounds are far above every real template and low enough that compiling
+    a template at the bound takes a fraction of a second. The templates the suite
+    renders (Qwen2.5, Qwen3, DeepSeek-R1-Distill) are 2-4 KB, 337-645 tokens, with
+    blocks nested 4-5 deep, brackets 2 and expression trees 11-18 levels; the largest
+    published Qwen template is ~10 KB (~1,600 tokens). jinja2 compiles ~30,000 tokens
+    a second (an ``elif`` chain ~10,000), so 6,000 tokens compile well under a second.
     """
 
     max_chars: int = 8_000_000
@@ -71,10 +73,10 @@ class Limits:
     max_lipsum_words: int = 100_000
     max_memory_bytes: int = 128 * 2**20  # resident-memory growth during one render
     max_template_chars: int = 256 * 1024
-    max_template_tokens: int = 10_000
+    max_template_tokens: int = 6_000
     max_block_depth: int = 16  # Python refuses a 21st nested loop in one function
     max_bracket_depth: int = 32
-    max_tree_depth: int = 100
+    max_tree_depth: int = 50  # jinja2's optimizer is cubic in a chain's depth (95 levels: 1 s)
 
 
 class SandboxRefusal(Exception):
@@ -373,10 +375,11 @@ BLOCK_TAGS = frozenset({"for", "if", "macro", "call", "filter", "with", "generat
 _OPENING = {"lparen": 1, "lbracket": 1, "lbrace": 1, "rparen": -1, "rbracket": -1, "rbrace": -1}
 
 
-def check_template_source(env: jinja2.Environment, source: str, bounds: Limits) -> None:
+def check_template_source(env: jinja2.Environment, source: str, bounds: Limits) -> list[Token]:
     """Refuse a template too large, or nested too deep, for jinja2's recursive parser
     and Python's compiler — before either runs. Reads jinja2's (iterative) lexer's
-    tokens, stopping at the first bound crossed."""
+    tokens, stopping at the first bound crossed; returns them, for the parser (lexing
+    is a third of compiling)."""
     if len(source) > bounds.max_template_chars:
         line = source.count("\n", 0, bounds.max_template_chars) + 1
         raise StaticRefusal(
@@ -389,7 +392,9 @@ def check_template_source(env: jinja2.Environment, source: str, bounds: Limits) 
     brackets = 0
     tag: str | None = None  # the tag of the {% … %} being read
     assigns = False
+    tokens: list[Token] = []
     for count, token in enumerate(env._tokenize(source, None, None), 1):
+        tokens.append(token)
         if count > bounds.max_template_tokens:
             raise StaticRefusal(
                 "template size", f"more than {bounds.max_template_tokens:,} tokens", token.lineno
@@ -419,6 +424,7 @@ def check_template_source(env: jinja2.Environment, source: str, bounds: Limits) 
                         token.lineno,
                     )
             tag = None
+    return tokens
 
 
 def check_tree_depth(tree: nodes.Node, bounds: Limits) -> None:

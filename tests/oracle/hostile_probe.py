@@ -5,7 +5,8 @@
 prints one JSON object per template: ``outcome`` (``refused``, ``rendered``,
 ``raised`` — an exception other than ``TemplateRefusal`` —, ``hung`` or
 ``crashed``), the refusal's ``message`` and ``line``, ``seconds`` (wall time of
-compile + canary render, what ``ChatTemplate(source)`` does when a model loads)
+compile + canary render, what ``ChatTemplate(source)`` does when a model loads;
+``cpu_seconds`` the CPU time of the same)
 and ``peak_mb`` (the child's peak resident memory above its resident memory
 when the template arrived).
 
@@ -51,7 +52,7 @@ def run_one(source: str, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     """Load ``source`` as a model's template; what happened, how long, how much memory."""
     _reset_peak()
     rss_before = _status_kb("VmRSS")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result: dict[str, Any]
     try:
         tpl.ChatTemplate(source, limits=limits)
@@ -61,6 +62,7 @@ def run_one(source: str, limits: Limits = DEFAULT_LIMITS) -> dict[str, Any]:
     except BaseException as exc:
         result = {"outcome": "raised", "message": f"{type(exc).__name__}: {str(exc)[:300]}"}
     result["seconds"] = time.perf_counter() - start
+    result["cpu_seconds"] = time.process_time() - cpu_start
     result["peak_mb"] = (_status_kb("VmHWM") - rss_before) / 1024
     return result
 

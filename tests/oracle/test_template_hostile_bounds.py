@@ -8,17 +8,21 @@ aims for. A child still running after ``HANG_SECONDS`` is killed and reported
 as hung, so a regression costs seconds, not the machine.
 
 The refusal must be a ``TemplateRefusal`` whose message names the construct the
-corpus file expects (its ``{#- expect: … -#}`` line) and the template line.
+corpus file expects (its ``{#- expect: … -#}`` line) and the template line. Time is
+bounded twice: CPU time (the work done, whatever the neighbours do) and wall time
+(relaxed to "no hang" only while the machine is oversubscribed, see ``wall_bound``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from jinja2.parser import Parser
 
 from oracle import template as tpl
 from oracle.gguf import open_gguf
@@ -61,6 +65,14 @@ def probed() -> dict[str, dict]:
     return results
 
 
+def wall_bound() -> float:
+    """The wall-clock bound: ``REFUSAL_SECONDS``, unless more processes want the CPUs
+    than there are (a shared CI box): then wall time measures the neighbours, the CPU
+    time bound still holds, and the wall bound is only that nothing hangs."""
+    oversubscribed = os.getloadavg()[0] > (os.cpu_count() or 1)
+    return HANG_SECONDS if oversubscribed else REFUSAL_SECONDS
+
+
 def bound_problems(result: dict, expect: str) -> list[str]:
     """What is wrong with one probed hostile template (empty: refused fast and small)."""
     if result["outcome"] != "refused":
@@ -71,8 +83,12 @@ def bound_problems(result: dict, expect: str) -> list[str]:
         problems.append(f"the refusal does not name {expect!r}: {message}")
     if result["line"] is None or f"template line {result['line']}" not in message:
         problems.append(f"the refusal does not name the template line: {message}")
-    if result["seconds"] >= REFUSAL_SECONDS:
-        problems.append(f"refused only after {result['seconds']:.2f} s (bound {REFUSAL_SECONDS} s)")
+    if result["cpu_seconds"] >= REFUSAL_SECONDS:
+        problems.append(
+            f"refused only after {result['cpu_seconds']:.2f} s of CPU (bound {REFUSAL_SECONDS} s)"
+        )
+    if result["seconds"] >= wall_bound():
+        problems.append(f"refused only after {result['seconds']:.2f} s (bound {wall_bound()} s)")
     if result["peak_mb"] >= PEAK_MB:
         problems.append(f"peak memory {result['peak_mb']:.0f} MB (bound {PEAK_MB} MB)")
     return problems
@@ -128,7 +144,7 @@ def test_the_probe_sees_memory_and_hangs():
 # the source bounds sit far above every real template
 
 
-MARGINS = {"max_template_tokens": 4, "max_block_depth": 2, "max_bracket_depth": 4, "max_tree_depth": 3}
+MARGINS = {"max_template_tokens": 4, "max_block_depth": 2, "max_bracket_depth": 4, "max_tree_depth": 2}
 
 
 @pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
@@ -143,5 +159,5 @@ def test_real_templates_are_far_inside_the_source_bounds(model_id):
     tight = Limits(**{name: getattr(DEFAULT_LIMITS, name) // margin for name, margin in MARGINS.items()})
     env = TemplateSandbox()
     check_template_source(env, source, tight)
-    check_tree_depth(env.parse(source), tight)
+    check_tree_depth(Parser(env, source).parse(), tight)  # as parsed, before the guards are added
     assert len(source) * 16 < DEFAULT_LIMITS.max_template_chars
