@@ -9,20 +9,30 @@ that rejects underscore names. That configuration is reproduced here exactly, so
 every template a real model ships renders to the same bytes.
 
 jinja2's sandbox stops attribute escapes, but it does not bound work: a template
-may loop ``range(100000)`` inside ``range(100000)``, double a string forty times
-or compute ``9**9**9``. Because a C-level operation (a big-integer power, a
-gigabyte string) cannot be interrupted once started, the bounds are enforced
-*before* each expensive primitive and at every step the template takes:
+may loop ``range(100000)`` inside ``range(100000)``, double a string forty times,
+compute ``9**9**9`` or print a namespace of namespaces doubled forty times. Because
+a C-level operation (a big-integer power, a gigabyte string, ``str`` of a nested
+object, comparing two deep lists, Python's own compiler) cannot be interrupted once
+started, the bounds are enforced *before* each expensive primitive and at every step
+the template takes (the checks themselves are in ``template_bounds``):
 
+* before parsing, the source is bounded in characters, tokens and nesting of blocks
+  and brackets; after parsing, in expression depth — so jinja2's recursive parser and
+  Python's compiler never see a template they would fail on;
 * a static pass over the parsed template refuses dunder names, ``include`` /
-  ``import`` / ``extends``, and wraps every ``for`` iterable and every ``~``
-  concatenation in guards (an AST rewrite, so the generated code cannot skip them);
+  ``import`` / ``extends``, and routes every ``for`` iterable, every ``~``
+  concatenation, every comparison operand and every computed dict key through
+  guards (an AST rewrite, so the generated code cannot skip them);
 * every attribute access, call, filter, intercepted operator (``+ * ** %``) and loop
-  iteration is a *step*: the step count and the wall clock are checked against the
-  render's budget (a base plus an allowance per message, see ``Limits``);
-* operator and call arguments are checked before the operation runs (no string,
-  list or output longer than ``Limits.max_chars``; no integer argument larger than
-  that; no integer result wider than ``Limits.max_int_bits``).
+  iteration is a *step*: the step count, the wall clock and the growth of resident
+  memory are checked against the render's budget (see ``Limits``);
+* operator, call and filter arguments are checked before the operation runs: what
+  would be printed is walked (bounded) and must be template data — not a function,
+  class or generator, whose text is module paths and addresses — of at most
+  ``Limits.max_chars``; widths given as strings (``indent=' ' * N``), format widths
+  and the arguments format fields print, items a lazy filter yields, elements a
+  comparison or hash visits are all bounded; no integer argument larger than
+  ``max_chars`` and no integer result wider than ``Limits.max_int_bits``.
 
 Where transformers' sandbox merely *hides* an unsafe attribute (it returns an
 undefined value that prints as an empty string), this environment refuses: a
