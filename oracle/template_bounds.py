@@ -26,6 +26,7 @@ before rendering) also carry the template line.
 from __future__ import annotations
 
 import contextvars
+import ctypes
 import os
 import re
 import string
@@ -102,6 +103,44 @@ DEFAULT_LIMITS = Limits()
 # the render budget: steps, time, memory
 
 
+_MALLINFO2_FIELDS = (
+    "arena",
+    "ordblks",
+    "smblks",
+    "hblks",
+    "hblkhd",
+    "usmblks",
+    "fsmblks",
+    "uordblks",
+    "fordblks",
+)
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (*_MALLINFO2_FIELDS, "keepcost")]
+
+
+def _find_mallinfo2() -> Any:
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _Mallinfo2
+    return mallinfo2
+
+
+_MALLINFO2 = _find_mallinfo2()
+
+
+def _malloc_in_use() -> int | None:
+    """Bytes malloc has handed out and not had back (glibc), None elsewhere. Unlike
+    resident memory it grows when a render reuses memory the process already holds."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return info.uordblks + info.hblkhd
+
+
 def _resident_bytes(statm_fd: int | None) -> int | None:
     """Current resident memory (Linux ``/proc/self/statm``); None where unavailable."""
     if statm_fd is None:
@@ -116,9 +155,10 @@ BIG_RESULT = 1 << 16  # characters or items: a result this large checks memory a
 
 class Budget:
     """The work one render of ``n_messages`` may do: steps, wall-clock time, and how
-    far the process's resident memory may grow (checked every ``MEMORY_CHECK_EVERY``
-    steps and after every large result; Linux only, elsewhere only the size bounds
-    hold memory down). Use as a context manager: it holds ``/proc/self/statm`` open."""
+    far memory may grow — the larger of the growth of the process's resident memory
+    and of what malloc has handed out (checked every ``MEMORY_CHECK_EVERY`` steps and
+    after every large result; Linux/glibc, elsewhere only the size bounds hold memory
+    down). ``close()`` it: it holds ``/proc/self/statm`` open."""
 
     def __init__(self, limits: Limits, n_messages: int = 0) -> None:
         self.limits = limits
@@ -131,6 +171,7 @@ class Budget:
         except OSError:
             self._statm = None
         self.resident_at_start = _resident_bytes(self._statm)
+        self.malloc_at_start = _malloc_in_use()
 
     def close(self) -> None:
         if self._statm is not None:
@@ -146,14 +187,19 @@ class Budget:
         if self.steps % MEMORY_CHECK_EVERY == 0:
             self.check_memory(construct)
 
+    def memory_growth(self) -> int:
+        growth = 0
+        if self.resident_at_start is not None:
+            growth = _resident_bytes(self._statm) - self.resident_at_start
+        if self.malloc_at_start is not None:
+            growth = max(growth, _malloc_in_use() - self.malloc_at_start)
+        return growth
+
     def check_memory(self, construct: str) -> None:
-        now = _resident_bytes(self._statm)
-        if now is None or self.resident_at_start is None:
-            return
-        if now - self.resident_at_start > self.limits.max_memory_bytes:
+        if self.memory_growth() > self.limits.max_memory_bytes:
             raise SandboxRefusal(
                 construct,
-                f"render memory budget exceeded (resident memory grew by more than "
+                f"render memory budget exceeded (memory grew by more than "
                 f"{self.limits.max_memory_bytes >> 20} MB)",
             )
 

@@ -10,13 +10,13 @@ as hung, so a regression costs seconds, not the machine.
 The refusal must be a ``TemplateRefusal`` whose message names the construct the
 corpus file expects (its ``{#- expect: … -#}`` line) and the template line. Time is
 bounded twice: CPU time (the work done, whatever the neighbours do) and wall time
-(relaxed to "no hang" only while the machine is oversubscribed, see ``wall_bound``).
+(relaxed to "no hang" only while the machine is oversubscribed, see
+``hostile_probe.wall_bound``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +29,7 @@ from oracle.gguf import open_gguf
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
 from specgate import render_corpus
 from specgate.plugin import get_model
+from tests.oracle import hostile_probe
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 
@@ -65,14 +66,6 @@ def probed() -> dict[str, dict]:
     return results
 
 
-def wall_bound() -> float:
-    """The wall-clock bound: ``REFUSAL_SECONDS``, unless more processes want the CPUs
-    than there are (a shared CI box): then wall time measures the neighbours, the CPU
-    time bound still holds, and the wall bound is only that nothing hangs."""
-    oversubscribed = os.getloadavg()[0] > (os.cpu_count() or 1)
-    return HANG_SECONDS if oversubscribed else REFUSAL_SECONDS
-
-
 def bound_problems(result: dict, expect: str) -> list[str]:
     """What is wrong with one probed hostile template (empty: refused fast and small)."""
     if result["outcome"] != "refused":
@@ -87,8 +80,9 @@ def bound_problems(result: dict, expect: str) -> list[str]:
         problems.append(
             f"refused only after {result['cpu_seconds']:.2f} s of CPU (bound {REFUSAL_SECONDS} s)"
         )
-    if result["seconds"] >= wall_bound():
-        problems.append(f"refused only after {result['seconds']:.2f} s (bound {wall_bound()} s)")
+    wall = hostile_probe.wall_bound(REFUSAL_SECONDS, HANG_SECONDS)
+    if result["seconds"] >= wall:
+        problems.append(f"refused only after {result['seconds']:.2f} s (bound {wall} s)")
     if result["peak_mb"] >= PEAK_MB:
         problems.append(f"peak memory {result['peak_mb']:.0f} MB (bound {PEAK_MB} MB)")
     return problems
@@ -128,8 +122,6 @@ def test_the_probe_sees_memory_and_hangs():
     """The measurement itself: a template that allocates 300 MB and renders is reported
     with its peak, and one that outlives the timeout is reported as hung — so a
     passing bound above is a measured one."""
-    from tests.oracle import hostile_probe
-
     roomy = Limits(max_chars=400_000_000, max_memory_bytes=1 << 40, max_seconds=10.0)
     big = hostile_probe.probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 10.0, limits=roomy)
     assert big["outcome"] == "rendered" and big["peak_mb"] > 250, big
