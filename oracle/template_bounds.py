@@ -72,7 +72,8 @@ class Limits:
     max_value_depth: int = 200
     max_range: int = MAX_RANGE  # jinja2's own sandbox bound, kept for parity
     max_lipsum_words: int = 100_000
-    max_memory_bytes: int = 128 * 2**20  # resident-memory growth during one render
+    max_memory_bytes: int = 128 * 2**20  # memory growth during one render
+    max_slow_filter_chars: int = 1_000_000  # input of a filter working per character in Python
     max_template_chars: int = 256 * 1024
     max_template_tokens: int = 6_000
     max_block_depth: int = 16  # Python refuses a 21st nested loop in one function
