@@ -54,6 +54,13 @@ class Limits:
     ``0.5 s + 350 x 5 ms``, while a hostile template given a three-message canary is
     stopped after 0.5 s — a refusal well inside a second.
 
+    ``max_items`` and ``max_value_depth`` bound what one walk of a value (before it
+    is printed, compared or hashed) may visit: ~0.1 s at the bound. Memory growth
+    during a render is held to ``max_memory_bytes`` (128 MB, checked every few
+    hundred steps and after every large value; one operation builds at most one
+    bounded value before the next check), so a hostile template's peak stays under
+    256 MB (the hostile corpus peaks at 131 MB above where the render started).
+
     The source bounds are far above every real template and low enough that compiling
     a template at the bound takes a fraction of a second. The templates the suite
     renders (Qwen2.5, Qwen3, DeepSeek-R1-Distill) are 2-4 KB, 337-645 tokens, with
