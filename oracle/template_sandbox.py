@@ -119,8 +119,13 @@ def _binop_precheck(op: str, left: Any, right: Any) -> None:
 
 
 def _callable_name(obj: Any) -> str:
+    """The name a template calls ``obj`` by (what a refusal names)."""
     if isinstance(obj, jinja2.runtime.Macro):
         return obj.name
+    if obj is TemplateNamespace:
+        return "namespace"
+    if isinstance(obj, TemplateDict):
+        return "dict"
     return getattr(obj, "__name__", type(obj).__name__)
 
 
@@ -189,8 +194,8 @@ def _call_precheck(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
         format_size(format_of, args, kwargs, construct)
     elif isinstance(owner, str):
         _str_method_precheck(owner, name, args, kwargs)
-    elif obj is not TemplateNamespace:  # a namespace stores references; anything else may compare or hash
-        for arg in (*args, *kwargs.values()):
+    else:  # the arguments may be compared or hashed (a namespace only stores its keyword values)
+        for arg in (*args, *(kwargs.values() if obj is not TemplateNamespace else ())):
             check_comparable(arg, construct)
 
 
@@ -504,6 +509,8 @@ def _sum_copies(items: Any, start: Any) -> int:
 
 def _filter_precheck(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
     construct = f"filter '{name}'"
+    for arg in (*args, *kwargs.values()):  # ``attr`` prints its name, ``round`` hashes its method…
+        check_comparable(arg, construct)
     if name == "sum":
         bound = _limits().max_items * 10
         if _sum_copies(value, _argument(args, kwargs, 1, "start", 0)) > bound:
@@ -556,17 +563,27 @@ def _guarded_filter(name: str, func: Any) -> Any:
 
 
 def _guarded_test(name: str, func: Any) -> Any:
-    """A comparing test (``is eq``, ``is in``…): its operands are bounded first."""
+    """A test behind a step; its arguments — and for a comparing test (``is eq``,
+    ``is in``…) the tested value too — are bounded first."""
     construct = f"test '{name}'"
+    first = 0 if name in COMPARING_TESTS else 1  # ``messages is defined`` need not walk messages
 
     @functools.wraps(func)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _step(construct)
-        for operand in (*args, *kwargs.values()):
+        for operand in (*args[first:], *kwargs.values()):
             check_comparable(operand, construct)
         return func(*args, **kwargs)
 
     return guarded
+
+
+def _item_construct(argument: Any) -> str:
+    """``item 'role'`` for a short string or number key; a large or nested key is not
+    printed into the refusal (its text may be what is being bounded)."""
+    if isinstance(argument, (str, int)) and not isinstance(argument, bool) and len(str(argument)) <= 40:
+        return f"item {argument!r}"
+    return "item"
 
 
 class TemplateSandbox(ImmutableSandboxedEnvironment):
@@ -583,10 +600,7 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         self.filters[LOOP_GUARD] = _loop_guard
         self.filters[CONCAT_GUARD] = _concat_guard
         self.filters[OPERAND_GUARD] = _operand_guard
-        self.tests = {
-            name: _guarded_test(name, test) if name in COMPARING_TESTS else test
-            for name, test in self.tests.items()
-        }
+        self.tests = {name: _guarded_test(name, test) for name, test in self.tests.items()}
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
         self.globals["dict"] = TemplateDict()
@@ -622,14 +636,13 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        _step(f"item {argument!r}" if not isinstance(argument, tuple) else "item")
+        _step(_item_construct(argument))
         if isinstance(argument, str) and argument.startswith("_"):
             try:
                 return obj[argument]
             except (TypeError, LookupError):
                 raise SandboxRefusal(f"item '{argument}'", "underscore attribute access is refused") from None
-        if isinstance(argument, tuple):  # hashed as a key
-            check_comparable(argument, "item")
+        check_comparable(argument, "item")  # a container key is hashed (or printed into an error)
         return super().getitem(obj, argument)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
