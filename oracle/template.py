@@ -132,6 +132,10 @@ def compile_template(source: str) -> jinja2.Template:
             raise TemplateRefusal(
                 _syntax_construct(exc.message or ""), exc.message or "syntax error", exc.lineno, source
             ) from None
+        except (SyntaxError, RecursionError, MemoryError) as exc:  # the source bounds should prevent these
+            raise TemplateRefusal(
+                "compile", f"{type(exc).__name__} while compiling: {exc}", None, source
+            ) from None
     return _compiled[key]
 
 
@@ -208,7 +212,15 @@ def render_compiled(template: jinja2.Template, source: str, context: dict[str, A
                 construct, str(exc), _usage_line(source, construct) or line, source
             ) from None
         raise TemplateRefusal(_runtime_construct(exc), str(exc), line, source) from None
-    except (TypeError, ValueError, LookupError, ArithmeticError, RecursionError, AttributeError) as exc:
+    except (
+        TypeError,
+        ValueError,
+        LookupError,
+        ArithmeticError,
+        RecursionError,
+        AttributeError,
+        MemoryError,
+    ) as exc:
         construct = _runtime_construct(exc)
         detail = str(exc) if construct == type(exc).__name__ else f"{type(exc).__name__}: {exc}"
         raise TemplateRefusal(

@@ -9,20 +9,30 @@ that rejects underscore names. That configuration is reproduced here exactly, so
 every template a real model ships renders to the same bytes.
 
 jinja2's sandbox stops attribute escapes, but it does not bound work: a template
-may loop ``range(100000)`` inside ``range(100000)``, double a string forty times
-or compute ``9**9**9``. Because a C-level operation (a big-integer power, a
-gigabyte string) cannot be interrupted once started, the bounds are enforced
-*before* each expensive primitive and at every step the template takes:
+may loop ``range(100000)`` inside ``range(100000)``, double a string forty times,
+compute ``9**9**9`` or print a namespace of namespaces doubled forty times. Because
+a C-level operation (a big-integer power, a gigabyte string, ``str`` of a nested
+object, comparing two deep lists, Python's own compiler) cannot be interrupted once
+started, the bounds are enforced *before* each expensive primitive and at every step
+the template takes (the checks themselves are in ``template_bounds``):
 
+* before parsing, the source is bounded in characters, tokens and nesting of blocks
+  and brackets; after parsing, in expression depth — so jinja2's recursive parser and
+  Python's compiler never see a template they would fail on;
 * a static pass over the parsed template refuses dunder names, ``include`` /
-  ``import`` / ``extends``, and wraps every ``for`` iterable and every ``~``
-  concatenation in guards (an AST rewrite, so the generated code cannot skip them);
+  ``import`` / ``extends``, and routes every ``for`` iterable, every ``~``
+  concatenation, every comparison operand and every computed dict key through
+  guards (an AST rewrite, so the generated code cannot skip them);
 * every attribute access, call, filter, intercepted operator (``+ * ** %``) and loop
-  iteration is a *step*: the step count and the wall clock are checked against the
-  render's budget (a base plus an allowance per message, see ``Limits``);
-* operator and call arguments are checked before the operation runs (no string,
-  list or output longer than ``Limits.max_chars``; no integer argument larger than
-  that; no integer result wider than ``Limits.max_int_bits``).
+  iteration is a *step*: the step count, the wall clock and the growth of resident
+  memory are checked against the render's budget (see ``Limits``);
+* operator, call and filter arguments are checked before the operation runs: what
+  would be printed is walked (bounded) and must be template data — not a function,
+  class or generator, whose text is module paths and addresses — of at most
+  ``Limits.max_chars``; widths given as strings (``indent=' ' * N``), format widths
+  and the arguments format fields print, items a lazy filter yields, elements a
+  comparison or hash visits are all bounded; no integer argument larger than
+  ``max_chars`` and no integer result wider than ``Limits.max_int_bits``.
 
 Where transformers' sandbox merely *hides* an unsafe attribute (it returns an
 undefined value that prints as an empty string), this environment refuses: a
@@ -31,14 +41,11 @@ template that reaches for ``__class__`` is hostile, and saying so is the point.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import json
 import math
 import re
-import time
-from collections.abc import Iterable, Iterator, Sized
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from datetime import datetime
 from typing import Any
 
@@ -47,123 +54,36 @@ import jinja2.ext
 import jinja2.nodes as nodes
 import jinja2.runtime
 import jinja2.utils
-from jinja2.sandbox import MAX_RANGE, ImmutableSandboxedEnvironment
+from jinja2.lexer import TokenStream
+from jinja2.parser import Parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.visitor import NodeTransformer
 
+from oracle.template_bounds import (
+    DEFAULT_LIMITS,
+    Budget,
+    Limits,
+    SandboxRefusal,
+    StaticRefusal,
+    _budget,
+    bounded_iterator,
+    check_comparable,
+    check_printable,
+    check_result,
+    check_template_source,
+    check_tree_depth,
+    format_size,
+    printf_size,
+    walk,
+)
+from oracle.template_bounds import limits as _limits
+from oracle.template_bounds import step as _step
 
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on one render.
-
-    ``max_chars`` (8 M characters ≈ 2 M tokens) is far beyond any Qwen context, so
-    no real prompt meets it. Work scales with the conversation, so the step and time
-    budgets are a base plus an allowance per message: rendering 350 messages with
-    tools through Qwen3's template takes ~130 ms and ~60k steps here, well inside
-    ``0.5 s + 350 x 5 ms``, while a hostile template given a three-message canary is
-    stopped after 0.5 s — a refusal well inside a second.
-    """
-
-    max_chars: int = 8_000_000
-    max_steps: int = 2_000_000
-    max_seconds: float = 0.5
-    steps_per_message: int = 20_000
-    seconds_per_message: float = 0.005
-    max_int_bits: int = 100_000
-    max_items: int = 100_000
-    max_range: int = MAX_RANGE  # jinja2's own sandbox bound, kept for parity
-    max_lipsum_words: int = 100_000
-
-
-class SandboxRefusal(Exception):
-    """A bound or a security rule stopped the template. ``construct`` names what;
-    ``lineno`` is the template line when known where the refusal is raised (else
-    it is read from the traceback)."""
-
-    def __init__(self, construct: str, detail: str, lineno: int | None = None) -> None:
-        super().__init__(f"{construct}: {detail}")
-        self.construct = construct
-        self.detail = detail
-        self.lineno = lineno
-
-
-class Budget:
-    """The work one render of ``n_messages`` may do: steps and wall-clock time."""
-
-    def __init__(self, limits: Limits, n_messages: int = 0) -> None:
-        self.limits = limits
-        self.steps = 0
-        self.max_steps = limits.max_steps + limits.steps_per_message * n_messages
-        self.seconds = limits.max_seconds + limits.seconds_per_message * n_messages
-        self.deadline = time.monotonic() + self.seconds
-
-    def step(self, construct: str) -> None:
-        self.steps += 1
-        if self.steps > self.max_steps:
-            raise SandboxRefusal(construct, f"render step budget exceeded ({self.max_steps:,} steps)")
-        if time.monotonic() > self.deadline:
-            raise SandboxRefusal(construct, f"render time budget exceeded ({self.seconds:.2f} s)")
-
-
-_budget: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("template_budget", default=None)
-DEFAULT_LIMITS = Limits()
-
-
-def _step(construct: str) -> None:
-    budget = _budget.get()
-    if budget is not None:
-        budget.step(construct)
-
-
-def _limits() -> Limits:
-    budget = _budget.get()
-    return budget.limits if budget is not None else DEFAULT_LIMITS
+__all__ = ["DEFAULT_LIMITS", "Limits", "SandboxRefusal", "StaticRefusal", "TemplateSandbox"]
 
 
 # ---------------------------------------------------------------------------
-# size checks, run before a value is built or printed
-
-
-def measure(value: Any, limit: int, indent: int = 0) -> int:
-    """Characters ``str(value)`` (or ``json.dumps(value, indent=indent)``) would take,
-    approximately, stopping once past ``limit``.
-
-    Containers are walked with every shared reference counted again, as ``str`` would
-    print it, so ``[x, x]`` nested forty deep is caught before ``str`` runs; with an
-    ``indent`` each element also pays ``indent`` per nesting level, as JSON does. A
-    value of more than ``Limits.max_items`` elements counts as over the limit.
-    """
-    max_items = _limits().max_items
-    total = 0
-    stack = [(value, 0)]
-    items = 0
-    while stack:
-        item, depth = stack.pop()
-        items += 1
-        if items > max_items:
-            return limit + 1
-        total += indent * depth
-        if isinstance(item, str):
-            total += len(item)
-        elif isinstance(item, dict):
-            total += 2 + 4 * len(item)
-            stack += [(k, depth + 1) for k in item]
-            stack += [(v, depth + 1) for v in item.values()]
-        elif isinstance(item, (list, tuple, set, frozenset)):
-            total += 2 + 2 * len(item)
-            stack += [(x, depth + 1) for x in item]
-        elif isinstance(item, range):
-            total += 2 + 8 * len(item)
-        else:
-            total += 8
-        if total > limit:
-            return total
-    return total
-
-
-def check_size(value: Any, construct: str) -> None:
-    limit = _limits().max_chars
-    if measure(value, limit) > limit:
-        raise SandboxRefusal(construct, f"value larger than the output bound ({limit:,} characters)")
+# argument checks, run before a value is built or printed
 
 
 def check_int_arguments(args: Iterable[Any], construct: str) -> None:
@@ -172,17 +92,6 @@ def check_int_arguments(args: Iterable[Any], construct: str) -> None:
     for arg in args:
         if isinstance(arg, int) and not isinstance(arg, bool) and abs(arg) > limit:
             raise SandboxRefusal(construct, f"integer argument {arg} exceeds the size bound ({limit:,})")
-
-
-# A width or precision of 7+ digits (or ``*``, read from the arguments) in a printf
-# conversion, or of 7+ digits in a ``str.format`` replacement field's spec.
-_FORMAT_WIDTH = re.compile(r"%[-#0 +]*(?:\*|\d{7,}|\d*\.(?:\*|\d{7,}))|\{[^{}]*:[^{}]*\d{7,}")
-
-
-def check_format_string(fmt: str, construct: str) -> None:
-    """``'%999999999s' % x`` and ``'{:>999999999}'.format(x)`` allocate before any check."""
-    if _FORMAT_WIDTH.search(fmt):
-        raise SandboxRefusal(construct, "format width or precision too large (or '*')")
 
 
 def _binop_precheck(op: str, left: Any, right: Any) -> None:
@@ -197,7 +106,8 @@ def _binop_precheck(op: str, left: Any, right: Any) -> None:
                 raise SandboxRefusal(construct, f"integer product exceeds {limits.max_int_bits:,} bits")
         elif isinstance(left, (str, list, tuple)) or isinstance(right, (str, list, tuple)):
             seq, n = (left, right) if isinstance(left, (str, list, tuple)) else (right, left)
-            if isinstance(n, int) and len(seq) * max(n, 0) > limits.max_chars:
+            bound = limits.max_chars if isinstance(seq, str) else limits.max_items
+            if isinstance(n, int) and len(seq) * max(n, 0) > bound:
                 raise SandboxRefusal(
                     construct, f"repetition to {len(seq) * n:,} items exceeds the size bound"
                 )
@@ -205,13 +115,71 @@ def _binop_precheck(op: str, left: Any, right: Any) -> None:
         if len(left) + len(right) > limits.max_chars:
             raise SandboxRefusal(construct, "concatenation exceeds the size bound")
     elif op == "%" and isinstance(left, str):
-        check_format_string(left, construct)
+        printf_size(left, right, construct)
 
 
 def _callable_name(obj: Any) -> str:
+    """The name a template calls ``obj`` by (what a refusal names)."""
     if isinstance(obj, jinja2.runtime.Macro):
         return obj.name
+    if obj is TemplateNamespace:
+        return "namespace"
+    if isinstance(obj, TemplateDict):
+        return "dict"
     return getattr(obj, "__name__", type(obj).__name__)
+
+
+# Every character ``str.split()`` splits at (the largest is U+3000).
+_WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def _split_count(text: str, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """How many pieces ``text.split/rsplit/splitlines(...)`` can make, at most, counted
+    without splitting (an 8 MB string split at every space is 2.6 M strings, 190 MB)."""
+    if name == "splitlines":
+        return sum(text.count(c) for c in _LINE_BREAKS) + 1
+    sep = args[0] if args else kwargs.get("sep")
+    if isinstance(sep, str) and sep:
+        return text.count(sep) + 1
+    return sum(text.count(c) for c in _WHITESPACE) + 1
+
+
+def _str_method_precheck(owner: str, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """The size of what a ``str`` method builds, from its arguments, before it runs."""
+    construct = f"call '{name}'"
+    bounds = _limits()
+    limit = bounds.max_chars
+    if name == "join" and args and isinstance(args[0], (list, tuple)):
+        size = sum(walk(a, construct, limit, printing=True) for a in args[0])
+        if size + len(owner) * max(len(args[0]) - 1, 0) > limit:
+            raise SandboxRefusal(construct, "joined string exceeds the size bound")
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        count = owner.count(args[0]) if args[0] else len(owner) + 1
+        if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
+            count = min(count, args[2])
+        if len(owner) + count * max(len(args[1]) - len(args[0]), 0) > limit:
+            raise SandboxRefusal(construct, "replacement result exceeds the size bound")
+    elif name == "expandtabs" and args and isinstance(args[0], int) and len(owner) * args[0] > limit:
+        raise SandboxRefusal(construct, "expanded string exceeds the size bound")
+    elif name == "translate" and args:
+        table = args[0]
+        values = (
+            table.values()
+            if isinstance(table, Mapping)
+            else table
+            if isinstance(table, (list, tuple))
+            else ()
+        )
+        widest = max((len(v) for v in values if isinstance(v, str)), default=1)
+        if len(owner) * widest > limit:
+            raise SandboxRefusal(construct, "translated string exceeds the size bound")
+    elif (
+        name in ("split", "rsplit", "splitlines")
+        and len(owner) > bounds.max_items
+        and _split_count(owner, name, args, kwargs) > bounds.max_items
+    ):
+        raise SandboxRefusal(construct, f"more than {bounds.max_items:,} pieces")
 
 
 def _call_precheck(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -219,38 +187,42 @@ def _call_precheck(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> N
     construct = f"call '{name}'"
     check_int_arguments((*args, *kwargs.values()), construct)
     owner = getattr(obj, "__self__", None)
-    limit = _limits().max_chars
-    if isinstance(owner, str):
-        if name == "join" and args and isinstance(args[0], (list, tuple)):
-            size = sum(measure(a, limit) for a in args[0]) + len(owner) * max(len(args[0]) - 1, 0)
-            if size > limit:
-                raise SandboxRefusal(construct, "joined string exceeds the size bound")
-        elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
-            count = owner.count(args[0]) if args[0] else len(owner) + 1
-            if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
-                count = min(count, args[2])
-            if len(owner) + count * max(len(args[1]) - len(args[0]), 0) > limit:
-                raise SandboxRefusal(construct, "replacement result exceeds the size bound")
-        elif name == "expandtabs" and args and isinstance(args[0], int) and len(owner) * args[0] > limit:
-            raise SandboxRefusal(construct, "expanded string exceeds the size bound")
     format_of = getattr(getattr(obj, "__wrapped__", None), "__self__", None)  # jinja2's wrapped str.format
     if name in ("format", "format_map") and isinstance(format_of, str):
-        check_format_string(format_of, construct)
+        if name == "format_map":
+            args, kwargs = (), args[0] if args and isinstance(args[0], Mapping) else {}
+        format_size(format_of, args, kwargs, construct)
+    elif isinstance(owner, str):
+        _str_method_precheck(owner, name, args, kwargs)
+    else:  # the arguments may be compared or hashed (a namespace only stores its keyword values)
+        for arg in (*args, *(kwargs.values() if obj is not TemplateNamespace else ())):
+            check_comparable(arg, construct)
 
 
 # ---------------------------------------------------------------------------
-# the static pass: refuse, then rewrite loops and concatenations to go through guards
+# the static pass: refuse, then rewrite loops, concatenations, comparisons and
+# computed dict keys to go through guards
 
 LOOP_GUARD = "sandbox_loop_guard"
 CONCAT_GUARD = "sandbox_concat_guard"
+OPERAND_GUARD = "sandbox_operand_guard"
+COMPARISON_SYMBOLS = {"eq": "==", "ne": "!=", "gt": ">", "gteq": ">=", "lt": "<", "lteq": "<=", "in": "in"}
+COMPARISON_SYMBOLS["notin"] = "not in"
 
 
 def _is_dunder(name: Any) -> bool:
     return isinstance(name, str) and name.startswith("__")
 
 
+def _guarded(node: nodes.Expr, guard: str, *args: Any) -> nodes.Expr:
+    """``node`` passed through the filter ``guard`` (with constant ``args``)."""
+    consts: list[nodes.Expr] = [nodes.Const(a) for a in args]
+    return nodes.Filter(node, guard, consts, [], None, None).set_lineno(node.lineno)
+
+
 class _Guard(NodeTransformer):
-    """Refuses what can only be hostile and routes loops and ``~`` through guards."""
+    """Refuses what can only be hostile and routes loops, ``~``, comparisons and
+    computed dict keys (which Python compares or hashes in C) through guards."""
 
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
         node = self.generic_visit(node)  # inner accesses first: the first escape step is named
@@ -266,23 +238,35 @@ class _Guard(NodeTransformer):
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         node = self.generic_visit(node)
-        node.iter = nodes.Filter(node.iter, LOOP_GUARD, [], [], None, None).set_lineno(node.lineno)
+        node.iter = _guarded(node.iter, LOOP_GUARD)
         return node
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         node = self.generic_visit(node)
-        operands = nodes.List(node.nodes).set_lineno(node.lineno)
-        return nodes.Filter(operands, CONCAT_GUARD, [], [], None, None).set_lineno(node.lineno)
+        return _guarded(nodes.List(node.nodes).set_lineno(node.lineno), CONCAT_GUARD)
+
+    def visit_Compare(self, node: nodes.Compare) -> nodes.Node:
+        node = self.generic_visit(node)
+        if not isinstance(node.expr, nodes.Const):
+            node.expr = _guarded(node.expr, OPERAND_GUARD, f"operator '{COMPARISON_SYMBOLS[node.ops[0].op]}'")
+        for operand in node.ops:
+            if not isinstance(operand.expr, nodes.Const):
+                operand.expr = _guarded(
+                    operand.expr, OPERAND_GUARD, f"operator '{COMPARISON_SYMBOLS[operand.op]}'"
+                )
+        return node
+
+    def visit_Pair(self, node: nodes.Pair) -> nodes.Node:
+        node = self.generic_visit(node)
+        if not isinstance(node.key, nodes.Const):
+            node.key = _guarded(node.key, OPERAND_GUARD, "dict key")
+        return node
 
     def _no_loading(self, node: nodes.Node) -> nodes.Node:
         tag = type(node).__name__.lower().replace("fromimport", "from-import")
         raise _static_refusal(node, f"tag '{tag}'", "loading other templates is not available")
 
     visit_Include = visit_Import = visit_FromImport = visit_Extends = _no_loading
-
-
-class StaticRefusal(SandboxRefusal):
-    """Refused before rendering anything; ``lineno`` is the template line."""
 
 
 def _static_refusal(node: nodes.Node, construct: str, detail: str) -> StaticRefusal:
@@ -296,10 +280,19 @@ def _loop_guard(iterable: Any) -> Iterator[Any]:
 
 
 def _concat_guard(operands: list[Any]) -> str:
-    size = sum(measure(x, _limits().max_chars) for x in operands)
-    if size > _limits().max_chars:
-        raise SandboxRefusal("operator '~'", "concatenation exceeds the size bound")
+    limit = _limits().max_chars
+    size = 0
+    for operand in operands:
+        size += len(operand) if type(operand) is str else walk(operand, "operator '~'", limit, printing=True)
+        if size > limit:
+            raise SandboxRefusal("operator '~'", "concatenation exceeds the size bound")
     return "".join(map(str, operands))
+
+
+def _operand_guard(value: Any, construct: str) -> Any:
+    """A comparison operand or dict key: comparing or hashing it is bounded work."""
+    check_comparable(value, construct)
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -318,7 +311,18 @@ def tojson(
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+_STRFTIME_WIDTH = re.compile(r"%[-_0^#EO]*\d")
+STRFTIME_EXPANSION = 32  # characters one conversion can print, at most (%c, a long weekday name)
+
+
 def strftime_now(format: str) -> str:
+    """transformers' ``strftime_now``; a conversion with a width (``%9999Y``, a glibc
+    extension) or a format too long for the output bound is refused before it runs."""
+    if isinstance(format, str):
+        if _STRFTIME_WIDTH.search(format):
+            raise SandboxRefusal("call 'strftime_now'", "a width in a strftime conversion is refused")
+        if len(format) * STRFTIME_EXPANSION > _limits().max_chars:
+            raise SandboxRefusal("call 'strftime_now'", f"format of {len(format):,} characters is too long")
     return datetime.now().strftime(format)
 
 
@@ -398,26 +402,142 @@ bounded_lipsum.__name__ = "lipsum"
 # the environment
 
 
-# Filters whose output grows with the *whole* input value (they print or join it);
-# only these pay for measuring a container argument.
-PRINTING_FILTERS = frozenset(
-    {"join", "string", "tojson", "pprint", "format", "xmlattr", "urlize", "indent", "center", "wordwrap"}
+# Filters that turn their input and arguments into text: all of it must be printable
+# template data, and the text they build is estimated before they run.
+TEXT_FILTERS = frozenset(
+    {
+        "string", "pprint", "e", "escape", "forceescape", "safe", "upper", "lower", "title",
+        "capitalize", "trim", "striptags", "wordcount", "truncate", "center", "indent", "wordwrap",
+        "urlize", "urlencode", "replace", "format", "join", "xmlattr",
+    }
+)  # fmt: skip
+# Text filters whose work per character is Python code or a regex building a list
+# (~1 µs and ~60 bytes a character), which no step interrupts: a smaller input bound.
+SLOW_TEXT_FILTERS = frozenset(
+    {"striptags", "title", "wordcount", "urlize", "wordwrap", "urlencode", "pprint"}
+)
+# Filters that compare or hash the elements of their input.
+COMPARING_FILTERS = frozenset({"sort", "unique", "min", "max", "groupby", "dictsort"})
+# Tests that compare their operands.
+COMPARING_TESTS = frozenset(
+    {
+        "eq",
+        "equalto",
+        "==",
+        "ne",
+        "!=",
+        "lt",
+        "<",
+        "le",
+        "<=",
+        "gt",
+        ">",
+        "ge",
+        ">=",
+        "greaterthan",
+        "lessthan",
+        "in",
+    }
 )
 
 
-def check_result(value: Any, construct: str) -> None:
-    """A cheap bound on a freshly built value: its length, not a walk."""
-    limits = _limits()
-    if isinstance(value, str) and len(value) > limits.max_chars:
+def _argument(
+    args: tuple[Any, ...], kwargs: Mapping[str, Any], position: int, name: str, default: Any
+) -> Any:
+    return kwargs.get(name, args[position] if len(args) > position else default)
+
+
+def _width(value: Any) -> int:
+    """A width given as a number or, as jinja2 and ``json`` also accept, as a string."""
+    if isinstance(value, str):
+        return len(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _text_size(
+    name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], construct: str
+) -> int:
+    """Characters the text filter ``name`` can produce from ``value`` and its arguments."""
+    limit = _limits().max_chars
+    size = sum(walk(v, construct, limit, printing=True) for v in (value, *args, *kwargs.values()))
+    text = value if isinstance(value, str) else ""
+    if name == "join" and isinstance(value, Sized):
+        size += len(str(_argument(args, kwargs, 0, "d", ""))) * len(value)
+    elif name == "indent":  # the indentation is repeated on every line
+        size += (text.count("\n") + 1) * _width(_argument(args, kwargs, 0, "width", 4))
+    elif name == "wordwrap":  # wrapstring between lines, at most one line per character
+        size += (len(text) + 1) * _width(_argument(args, kwargs, 2, "wrapstring", "\n"))
+    elif name == "urlize":  # each word may become a link carrying every argument
+        size += (text.count(" ") + text.count("\n") + 1) * (64 + sum(map(_width, (*args, *kwargs.values()))))
+    elif name in ("e", "escape", "forceescape", "xmlattr"):
+        size *= 6  # '"' -> '&#34;'
+    elif name == "urlencode":
+        size *= 12  # a 4-byte UTF-8 character -> '%XX' x 4
+    elif name == "pprint":
+        size += walk(value, construct, limit, indent=8, per_item=2)
+    elif name == "format" and isinstance(value, str):
+        size += printf_size(value, kwargs or tuple(args), construct)
+    elif name == "replace" and isinstance(value, str) and len(args) >= 2:
+        old, new = str(args[0]), str(args[1])
+        count = value.count(old) if old else len(value) + 1
+        size += count * max(len(new) - len(old), 0)
+    return size
+
+
+def _tojson_size(value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any], construct: str) -> int:
+    """``json.dumps`` repeats ``indent`` (a number or a string) per nesting level on
+    every line and puts a separator after every element."""
+    indent = _width(_argument(args, kwargs, 1, "indent", None))
+    separators = _argument(args, kwargs, 2, "separators", None)
+    per_item = sum(map(_width, separators)) if isinstance(separators, (list, tuple)) else 2
+    return walk(
+        value, construct, _limits().max_chars, indent=indent, per_item=per_item + (1 if indent else 0)
+    )
+
+
+def _sum_copies(items: Any, start: Any) -> int:
+    """Elements ``sum`` copies when it adds lists: each addition copies the running
+    total, so 100,000 one-item lists cost 5 billion copies in one C call."""
+    running = len(start) if isinstance(start, (list, tuple)) else 0
+    copies = 0
+    for item in items if isinstance(items, (list, tuple)) else ():
+        if isinstance(item, (list, tuple)):
+            running += len(item)
+            copies += running
+    return copies
+
+
+def _filter_precheck(name: str, value: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    construct = f"filter '{name}'"
+    for arg in (*args, *kwargs.values()):  # ``attr`` prints its name, ``round`` hashes its method…
+        check_comparable(arg, construct)
+    if name == "sum":
+        bound = _limits().max_items * 10
+        if _sum_copies(value, _argument(args, kwargs, 1, "start", 0)) > bound:
+            raise SandboxRefusal(construct, f"summing these lists copies more than {bound:,} elements")
+        return
+    limit = _limits().max_chars
+    if name in COMPARING_FILTERS:  # their keys are copies (lower-cased strings): count the text too
+        size = sum(walk(v, construct, limit) for v in (value, *args, *kwargs.values()))
+    elif name == "tojson":
+        size = _tojson_size(value, args, kwargs, construct)
+    elif name in TEXT_FILTERS:
+        size = _text_size(name, value, args, kwargs, construct)
+    else:
+        return
+    if size > limit:
+        raise SandboxRefusal(construct, f"result larger than the output bound ({limit:,} characters)")
+    slow_limit = _limits().max_slow_filter_chars
+    if name in SLOW_TEXT_FILTERS and walk(value, construct, slow_limit) > slow_limit:
         raise SandboxRefusal(
-            construct, f"string longer than the output bound ({limits.max_chars:,} characters)"
+            construct,
+            f"input longer than {slow_limit:,} characters (this filter works per character in Python)",
         )
-    if isinstance(value, (list, tuple)) and len(value) > limits.max_items:
-        raise SandboxRefusal(construct, f"list longer than the item bound ({limits.max_items:,})")
 
 
 def _guarded_filter(name: str, func: Any) -> Any:
-    """``func`` behind a step, an argument check before and a size check after."""
+    """``func`` behind a step, an argument check before, and a size check after (an
+    iterator result is bounded item by item, whoever consumes it)."""
     construct = f"filter '{name}'"
     leading = 2 if getattr(func, "jinja_pass_arg", None) else 1  # (context,) value
 
@@ -425,36 +545,49 @@ def _guarded_filter(name: str, func: Any) -> Any:
     def guarded(*args: Any, **kwargs: Any) -> Any:
         _step(construct)
         check_int_arguments((*args[leading:], *kwargs.values()), construct)
-        if name in PRINTING_FILTERS and len(args) >= leading:
-            if name == "join" and not isinstance(args[leading - 1], (str, Sized)):
+        if len(args) >= leading:
+            if name in ("join", "sum") and not isinstance(args[leading - 1], (str, Sized)):
                 args = (
                     *args[: leading - 1],
                     list(args[leading - 1]),
                     *args[leading:],
                 )  # count what is joined
-            value = args[leading - 1]
-            limit = _limits().max_chars
-            indent = kwargs.get(
-                "indent", args[leading + 1] if name == "tojson" and len(args) > leading + 1 else 0
-            )
-            indent = indent if isinstance(indent, int) and name == "tojson" else 0
-            size = measure(value, limit, indent) if not isinstance(value, Iterator) else 0
-            if name == "join" and isinstance(value, Sized):
-                sep = kwargs.get("d", args[leading] if len(args) > leading else "")
-                size += len(str(sep)) * len(value)
-            if size > limit:
-                raise SandboxRefusal(construct, f"result larger than the output bound ({limit:,} characters)")
-            if name == "format" and isinstance(value, str):
-                check_format_string(value, construct)
+            _filter_precheck(name, args[leading - 1], args[leading:], kwargs)
         result = func(*args, **kwargs)
+        if isinstance(result, Iterator):
+            return bounded_iterator(result, construct)
         check_result(result, construct)
         return result
 
     return guarded
 
 
+def _guarded_test(name: str, func: Any) -> Any:
+    """A test behind a step; its arguments — and for a comparing test (``is eq``,
+    ``is in``…) the tested value too — are bounded first."""
+    construct = f"test '{name}'"
+    first = 0 if name in COMPARING_TESTS else 1  # ``messages is defined`` need not walk messages
+
+    @functools.wraps(func)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        _step(construct)
+        for operand in (*args[first:], *kwargs.values()):
+            check_comparable(operand, construct)
+        return func(*args, **kwargs)
+
+    return guarded
+
+
+def _item_construct(argument: Any) -> str:
+    """``item 'role'`` for a short string or number key; a large or nested key is not
+    printed into the refusal (its text may be what is being bounded)."""
+    if isinstance(argument, (str, int)) and not isinstance(argument, bool) and len(str(argument)) <= 40:
+        return f"item {argument!r}"
+    return "item"
+
+
 class TemplateSandbox(ImmutableSandboxedEnvironment):
-    """transformers' chat-template environment with step, time and size bounds."""
+    """transformers' chat-template environment with step, time, memory and size bounds."""
 
     intercepted_binops = frozenset({"+", "*", "**", "%"})
 
@@ -466,6 +599,8 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         self.filters = {name: _guarded_filter(name, f) for name, f in self.filters.items()}
         self.filters[LOOP_GUARD] = _loop_guard
         self.filters[CONCAT_GUARD] = _concat_guard
+        self.filters[OPERAND_GUARD] = _operand_guard
+        self.tests = {name: _guarded_test(name, test) for name, test in self.tests.items()}
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
         self.globals["dict"] = TemplateDict()
@@ -476,12 +611,21 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
 
     @staticmethod
     def _finalize_output(value: Any) -> Any:
-        check_size(value, "output '{{ … }}'")
+        check_printable(value, "output '{{ … }}'")
         return value
 
-    # -- parsing: static refusals and guard insertion
+    # -- parsing: bounds on the source, static refusals and guard insertion
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        tree = super()._parse(source, name, filename)
+        tokens = check_template_source(self, source, DEFAULT_LIMITS)
+        parser = Parser(self, source, name, filename)
+        parser.stream = TokenStream(iter(tokens), name, filename)  # lexed once, by the check
+        try:
+            tree = parser.parse()
+        except RecursionError:  # a nesting the token scan does not count (``not not … x``)
+            raise StaticRefusal(
+                "nesting depth", "nested deeper than the parser can follow", parser.stream.current.lineno
+            ) from None
+        check_tree_depth(tree, DEFAULT_LIMITS)
         return _Guard().visit(tree)
 
     # -- runtime hooks: every one is a step
@@ -492,12 +636,13 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
-        _step(f"item {argument!r}")
+        _step(_item_construct(argument))
         if isinstance(argument, str) and argument.startswith("_"):
             try:
                 return obj[argument]
             except (TypeError, LookupError):
                 raise SandboxRefusal(f"item '{argument}'", "underscore attribute access is refused") from None
+        check_comparable(argument, "item")  # a container key is hashed (or printed into an error)
         return super().getitem(obj, argument)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -512,6 +657,8 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         _step(f"call '{name}'")
         _call_precheck(__obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
+        if isinstance(result, Iterator):
+            return bounded_iterator(result, f"call '{name}'")
         check_result(result, f"call '{name}'")
         return result
 
@@ -522,7 +669,8 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
         """Render ``template`` with ``context`` under ``limits``; the output size is
         checked chunk by chunk as it is produced."""
         messages = context.get("messages")
-        token = _budget.set(Budget(limits, len(messages) if isinstance(messages, (list, tuple)) else 0))
+        budget = Budget(limits, len(messages) if isinstance(messages, (list, tuple)) else 0)
+        token = _budget.set(budget)
         try:
             out: list[str] = []
             size = 0
@@ -538,3 +686,4 @@ class TemplateSandbox(ImmutableSandboxedEnvironment):
             return "".join(out)
         finally:
             _budget.reset(token)
+            budget.close()

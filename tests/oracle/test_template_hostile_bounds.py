@@ -1,0 +1,155 @@
+"""Every hostile template is refused fast and small: under a second and 256 MB, compile included.
+
+Each template of ``corpus/templates/hostile/`` is loaded as a model's template
+(compile + canary render) in its own forked child (``hostile_probe``), which
+reports its wall time and its peak resident memory above where it started —
+the kernel's high-water mark, which sees the C allocations a hostile template
+aims for. A child still running after ``HANG_SECONDS`` is killed and reported
+as hung, so a regression costs seconds, not the machine.
+
+The refusal must be a ``TemplateRefusal`` whose message names the construct the
+corpus file expects (its ``{#- expect: … -#}`` line) and the template line. Time is
+bounded twice: CPU time (the work done, whatever the neighbours do) and wall time
+(relaxed to "no hang" only while the machine is oversubscribed, see
+``hostile_probe.wall_bound``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jinja2.parser import Parser
+
+from oracle import template as tpl
+from oracle.gguf import open_gguf
+from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
+from specgate import render_corpus
+from specgate.plugin import get_model
+from tests.oracle import hostile_probe
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+
+REFUSAL_SECONDS = 1.0
+PEAK_MB = 256
+HANG_SECONDS = 5.0
+# A child's address space is capped, so that a regression raises MemoryError in it
+# instead of taking gigabytes from the machine (far above the 256 MB bound).
+ADDRESS_SPACE_CAP_MB = 2048
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE = render_corpus.hostile_templates()
+
+
+@pytest.fixture(scope="module")
+def probed() -> dict[str, dict]:
+    """Each hostile template's outcome, time and peak memory, measured once per run."""
+    paths = sorted(render_corpus.HOSTILE.glob("*.jinja"))
+    command = [
+        sys.executable,
+        "-m",
+        "tests.oracle.hostile_probe",
+        "--timeout",
+        str(HANG_SECONDS),
+        "--memory-cap-mb",
+        str(ADDRESS_SPACE_CAP_MB),
+        *map(str, paths),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_SECONDS * len(paths) + 60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = {row["name"]: row for row in map(json.loads, done.stdout.splitlines())}
+    assert set(results) == set(HOSTILE), "the probe did not report every hostile template"
+    return results
+
+
+def bound_problems(result: dict, expect: str) -> list[str]:
+    """What is wrong with one probed hostile template (empty: refused fast and small)."""
+    if result["outcome"] != "refused":
+        return [f"{result['outcome']}: {result.get('message', '')}"]
+    problems = []
+    message = result["message"]
+    if expect not in message:
+        problems.append(f"the refusal does not name {expect!r}: {message}")
+    if result["line"] is None or f"template line {result['line']}" not in message:
+        problems.append(f"the refusal does not name the template line: {message}")
+    if result["cpu_seconds"] >= REFUSAL_SECONDS:
+        problems.append(
+            f"refused only after {result['cpu_seconds']:.2f} s of CPU (bound {REFUSAL_SECONDS} s)"
+        )
+    wall = hostile_probe.wall_bound(REFUSAL_SECONDS, HANG_SECONDS)
+    if result["seconds"] >= wall:
+        problems.append(f"refused only after {result['seconds']:.2f} s (bound {wall} s)")
+    if result["peak_mb"] >= PEAK_MB:
+        problems.append(f"peak memory {result['peak_mb']:.0f} MB (bound {PEAK_MB} MB)")
+    return problems
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_template_refused_fast_and_small(probed, name):
+    problems = bound_problems(probed[name], HOSTILE[name][1])
+    assert not problems, f"hostile template {name}: " + "; ".join(problems)
+
+
+def test_the_corpus_covers_every_class_of_the_red_team():
+    """The classes the sandbox was once open to stay in the corpus (one file each at least)."""
+    classes = {
+        "nested object printed": (
+            "nested_namespace_print",
+            "nested_namespace_string",
+            "nested_namespace_pprint",
+        ),
+        "nested object through ~": ("nested_namespace_tilde",),
+        "string-valued sizes": ("tojson_indent_string", "tojson_separators", "indent_string_width"),
+        "more string-valued sizes": ("wordwrap_wrapstring", "strftime_width"),
+        "format widths from arguments": ("format_nested_width", "percent_mapping_width"),
+        "lazy item floods": ("slice_huge", "batch_huge"),
+        "compile-time failures": ("nested_for", "parentheses", "nested_if", "nested_generation"),
+        "template size": ("oversize_template",),
+        "internals printed": ("cycler_string", "joiner_print", "function_print", "method_print"),
+        "deep comparison and hashing": ("deep_compare", "deep_hash_dict_key", "deep_sort"),
+        "memory held across steps": ("many_big_strings",),
+    }
+    stems = {name.split("_", 1)[1] for name in HOSTILE}
+    missing = [case for cases in classes.values() for case in cases if case not in stems]
+    assert not missing, f"hostile corpus lacks {missing}"
+
+
+def test_the_probe_sees_memory_and_hangs():
+    """The measurement itself: a template that allocates 300 MB and renders is reported
+    with its peak, and one that outlives the timeout is reported as hung — so a
+    passing bound above is a measured one."""
+    roomy = Limits(max_chars=400_000_000, max_memory_bytes=1 << 40, max_seconds=10.0)
+    big = hostile_probe.probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 10.0, limits=roomy)
+    assert big["outcome"] == "rendered" and big["peak_mb"] > 250, big
+    slow = Limits(max_seconds=30.0, max_steps=10**9)
+    hung = hostile_probe.probe(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 1.0, limits=slow
+    )
+    assert hung["outcome"] == "hung", hung
+
+
+# ---------------------------------------------------------------------------
+# the source bounds sit far above every real template
+
+
+MARGINS = {"max_template_tokens": 4, "max_block_depth": 2, "max_bracket_depth": 4, "max_tree_depth": 2}
+
+
+@pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
+def test_real_templates_are_far_inside_the_source_bounds(model_id):
+    """Each published template passes the source checks with every bound divided by its margin."""
+    from oracle.template_bounds import check_template_source, check_tree_depth
+
+    model = get_model(model_id)
+    source = tpl.chat_template_for(
+        open_gguf(model.gguf, header_only=True).metadata, model.tokenizer_config
+    ).source
+    tight = Limits(**{name: getattr(DEFAULT_LIMITS, name) // margin for name, margin in MARGINS.items()})
+    env = TemplateSandbox()
+    check_template_source(env, source, tight)
+    check_tree_depth(Parser(env, source).parse(), tight)  # as parsed, before the guards are added
+    assert len(source) * 16 < DEFAULT_LIMITS.max_template_chars
