@@ -110,9 +110,9 @@ def versions_table(path: Path = LOCK_FILE) -> tuple[str, int]:
     off = 0
     for name, pin in pins.items():
         got = installed(name)
-        mark = "" if same_release(pin, got) else "   <-- not the locked version"
-        off += bool(mark) and got is not None
-        lines.append(f"  {name:<22} locked {pin:<14} installed {got or '-':<14}{mark}")
+        mark = "" if got is None or same_release(pin, got) else "   <-- not the locked version"
+        off += bool(mark)
+        lines.append(f"  {name:<22} locked {pin:<14} installed {got or '(not needed here)':<14}{mark}".rstrip())
     return "\n".join(lines), off
 
 

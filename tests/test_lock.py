@@ -101,3 +101,17 @@ def test_drift_report_names_versions_and_first_divergences():
     assert "`tool-call/content-null`: at ['prompt'], character 40: 'a' -> 'b'" in report
     assert "1 cases changed in 1 model/stage re-checks; 1 re-checks could not run." in report
     assert "model missing from the cache" in report
+
+
+def test_snapshot_provenance_records_installed_versions_and_the_lock(tmp_path):
+    from impl.protocol import ModelRef
+    from specgate import snapshots
+
+    model = ModelRef(id="tiny", gguf=tmp_path / "tiny.gguf", sha256="ab" * 32)
+    prov = snapshots.provenance(model, {"hf": "transformers"}, ("transformers", "jinja2"))
+    assert prov["packages"] == {
+        "transformers": lock.installed("transformers"),
+        "jinja2": lock.installed("jinja2"),
+    }
+    assert prov["lock"]["file"] == "constraints/references.txt"
+    assert prov["lock"]["sha256"] == lock.sha256()
