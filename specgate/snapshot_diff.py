@@ -47,9 +47,11 @@ def first_divergence_of_values(old: Any, new: Any, path: str = "") -> str | None
     if type(old) is not type(new) and not (isinstance(old, (int, float)) and isinstance(new, (int, float))):
         return f"at {where}: {_short(old)} -> {_short(new)}"
     if isinstance(old, dict):
-        for key in old.keys() | new.keys():
+        # Removed keys first, then added ones, each in the file's order (deterministic).
+        for key in old:
             if key not in new:
                 return f"at {path}[{key!r}]: key removed (was {_short(old[key])})"
+        for key in new:
             if key not in old:
                 return f"at {path}[{key!r}]: key added ({_short(new[key])})"
         for key in sorted(old, key=str):
