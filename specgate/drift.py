@@ -111,7 +111,7 @@ def _versions_table(run: DriftRun) -> list[str]:
         locked_version = pins.get(lock.canonical(name), "not locked")
         tried = _tried(name)
         stages = sorted({f"{d['model']}/{d['stage']}" for d in run.drifts if name in d.get("packages", ())})
-        moved = "same" if lock.same_release(locked_version, lock.installed(name)) else "**newer/other**"
+        moved = "same" if lock.same_release(locked_version, lock.installed(name)) else "**differs**"
         lines.append(
             f"| {name} | {locked_version} | {tried} ({moved}) | {', '.join(stages) if stages else '—'} |"
         )
