@@ -112,7 +112,9 @@ def versions_table(path: Path = LOCK_FILE) -> tuple[str, int]:
         got = installed(name)
         mark = "" if got is None or same_release(pin, got) else "   <-- not the locked version"
         off += bool(mark)
-        lines.append(f"  {name:<22} locked {pin:<14} installed {got or '(not needed here)':<14}{mark}".rstrip())
+        lines.append(
+            f"  {name:<22} locked {pin:<14} installed {got or '(not needed here)':<14}{mark}".rstrip()
+        )
     return "\n".join(lines), off
 
 

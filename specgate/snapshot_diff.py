@@ -88,7 +88,7 @@ def first_divergence_of_values(old: Any, new: Any, path: str = "") -> str | None
 class StageDiff:
     model: str
     stage: str
-    status: str = "changed"  # "new file" | "removed file" | "changed" | "unchanged"
+    status: str = "changed"  # "new file" | "removed file" | "changed" | "provenance only" | "unchanged"
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     changed: dict[str, str] = field(default_factory=dict)
@@ -139,8 +139,8 @@ def diff_stage(model: str, stage: str, old: dict[str, Any] | None, new: dict[str
         },
         provenance=provenance_changes(old.get("provenance", {}), new.get("provenance", {})),
     )
-    if not diff.cases_changed and not diff.provenance:
-        diff.status = "unchanged"
+    if not diff.cases_changed:
+        diff.status = "provenance only" if diff.provenance else "unchanged"
     return diff
 
 
