@@ -1,4 +1,11 @@
-"""nox sessions: tests, parity, snapshots, models, lint.
+"""nox sessions: tests, parity, snapshots, models, references-latest, lint.
+
+The references are locked: every session that installs them does so with
+``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
+llama-cpp-python, tiktoken, regex, jinja2, gguf, numpy, torch, syrupy, hypothesis,
+pytest and the dependencies that shape their behaviour) and prints the locked vs
+installed versions (``python -m specgate.lock``). ``references-latest`` is the one
+session that tries the newest releases instead, to report what a bump would change.
 
 llama-cpp-python has no binary wheel on the package index this targets; it builds
 from source in ~6 minutes on 2 cores. The built wheel is kept in
@@ -9,6 +16,8 @@ first run on a machine builds it.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 from pathlib import Path
 
 import nox
@@ -16,8 +25,22 @@ import nox
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-LLAMA_CPP = "llama-cpp-python==0.3.36"
+LOCK = "constraints/references.txt"
 TORCH = "torch==2.13.0"  # a CPU wheel; any other spec pulls a multi-GB CUDA build
+#: The references ``references-latest`` upgrades to their newest releases (torch stays pinned).
+LATEST = ("transformers", "tokenizers", "tiktoken", "regex", "jinja2", "gguf", "numpy")
+
+
+def locked_version(name: str) -> str:
+    """The version ``constraints/references.txt`` pins ``name`` to."""
+    for line in (Path(__file__).parent / LOCK).read_text(encoding="utf-8").splitlines():
+        pin = line.split("#", 1)[0].strip()
+        if pin.lower().startswith(f"{name}=="):
+            return pin.split("==", 1)[1]
+    raise RuntimeError(f"{name} is not locked in {LOCK}")
+
+
+LLAMA_CPP = f"llama-cpp-python=={locked_version('llama-cpp-python')}"
 
 
 def cache_dir() -> Path:
@@ -26,26 +49,28 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specgate"
 
 
-def wheel_dir(session: nox.Session) -> Path:
-    """Build llama-cpp-python's wheel once per machine; later sessions reuse it."""
+def wheel_dir(session: nox.Session, spec: str = LLAMA_CPP) -> Path:
+    """Build llama-cpp-python's wheel (``spec``) once per machine; later sessions reuse it."""
     wheels = cache_dir() / "wheels"
-    name = LLAMA_CPP.split("==")
+    name = spec.split("==")
     prefix = f"{name[0].replace('-', '_')}-{name[1]}-"
     if not any(p.name.startswith(prefix) for p in wheels.glob("*.whl")):
         wheels.mkdir(parents=True, exist_ok=True)
-        session.log(f"building {LLAMA_CPP} from source once (~6 min on 2 cores) into {wheels}")
-        session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), LLAMA_CPP)
+        session.log(f"building {spec} from source once (~6-8 min on 2 cores) into {wheels}")
+        session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", str(wheels), spec)
     return wheels
 
 
 def install(session: nox.Session, extras: str = "") -> None:
-    """Install specgate (editable) with ``extras``; references come from the wheel dir."""
+    """Install specgate (editable) with ``extras`` at the locked versions; references
+    come from the wheel dir. The session log then shows locked vs installed versions."""
     session.install("--upgrade", "pip")
     target = f".[{extras}]" if extras else "."
-    args = ["-e", target]
+    args = ["-c", LOCK, "-e", target]
     if any(x in extras for x in ("references", "llamacpp", "dev")):
         args = ["--find-links", str(wheel_dir(session)), TORCH, *args]
     session.install(*args)
+    session.run("python", "-m", "specgate.lock", "--strict")
 
 
 def fetch_models(session: nox.Session, tiny: bool) -> None:
@@ -78,11 +103,26 @@ def parity(session: nox.Session) -> None:
     session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--parity-junit", *args)
 
 
+def model_args(posargs: list[str]) -> list[str]:
+    """The ``--model`` / ``--models`` selection among pytest arguments, to pass on."""
+    out = []
+    for i, arg in enumerate(posargs):
+        if arg in ("--model", "--models") and i + 1 < len(posargs):
+            out += [arg, posargs[i + 1]]
+        elif arg.startswith(("--model=", "--models=")):
+            out.append(arg)
+    return out
+
+
 @nox.session
 def snapshots(session: nox.Session) -> None:
-    """Regenerate reference snapshots from the live references (after a model update)."""
+    """Regenerate reference snapshots from the live references (after a model update),
+    re-check the oracle against them, and write ``reports/snapshot-diff.md``."""
     install(session, "references")
     fetch_models(session, tiny=True)
+    before = Path(session.create_tmp()) / "snapshots-before"
+    shutil.rmtree(before, ignore_errors=True)
+    shutil.copytree("snapshots", before)
     session.run(
         "pytest",
         "tests/references",
@@ -90,6 +130,24 @@ def snapshots(session: nox.Session) -> None:
         "--snapshot-update",
         "--snapshot-warn-unused",
         *session.posargs,
+    )
+    junit = Path("reports/snapshots-oracle-recheck.xml")
+    junit.unlink(missing_ok=True)
+    # The oracle against the new snapshots; its verdict goes into the report, not the exit status.
+    session.run(
+        "pytest",
+        "tests/gates",
+        "--impl",
+        "oracle",
+        "-p",
+        "no:cacheprovider",
+        "--junitxml",
+        str(junit),
+        *model_args(list(session.posargs)),
+        success_codes=[0, 1],
+    )
+    session.run(
+        "python", "-m", "specgate.snapshot_diff", str(before), "snapshots", "--gates-junit", str(junit)
     )
 
 
@@ -99,6 +157,53 @@ def models(session: nox.Session) -> None:
     install(session, "references")
     fetch_models(session, tiny=True)
     session.run("specgate", "models", "list")
+
+
+def newest_release(session: nox.Session, name: str) -> str:
+    """The newest version of ``name`` on the package index (``pip index versions``)."""
+    out = session.run("python", "-m", "pip", "index", "versions", name, silent=True, log=False) or ""
+    match = re.search(rf"^{re.escape(name)} \(([^)]+)\)", out, re.MULTILINE)
+    if match is None:
+        session.error(f"cannot tell the newest release of {name} from `pip index versions`: {out[:200]!r}")
+    return match.group(1)
+
+
+@nox.session(name="references-latest")
+def references_latest(session: nox.Session) -> None:
+    """Re-check the references at their newest releases (unpinned; torch stays 2.13.0 CPU)
+    against the committed snapshots and write ``reports/reference-drift.md``. Informational:
+    exits 0 once the report is written, whatever drifted. Run it before bumping the lock."""
+    session.install("--upgrade", "pip")
+    llama = f"llama-cpp-python=={newest_release(session, 'llama-cpp-python')}"
+    if llama != LLAMA_CPP:
+        session.log(f"newest {llama} is not the locked {LLAMA_CPP}: its wheel is built once (~8 min)")
+    session.install(
+        "--upgrade",
+        "--find-links",
+        str(wheel_dir(session, llama)),
+        TORCH,
+        llama,
+        *LATEST,
+        "-e",
+        ".[hf,tiktoken]",
+    )
+    session.run("python", "-m", "specgate.lock")
+    fetch_models(session, tiny=True)
+    report = "reports/reference-drift.md"
+    session.run(
+        "pytest",
+        "tests/references",
+        "--live-references",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "specgate.drift",
+        "--drift-report",
+        report,
+        *session.posargs,
+        success_codes=[0, 1],
+    )
+    session.log(f"reference drift report: {report}")
 
 
 @nox.session

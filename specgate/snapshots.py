@@ -6,8 +6,9 @@ by syrupy from the reference-recording tests (``tests/references``, run by
 ``nox -s snapshots``) and read here by the gates, which need neither torch nor
 llama.cpp installed.
 
-Provenance: model id and sha256, the reference adapters and their package
-versions, the date and the command. A snapshot whose model sha256 differs from the
+Provenance: model id and sha256, the reference adapters and their installed
+package versions, the reference lock (``constraints/references.txt``: its name and
+sha256, and any recorded package installed off it), the date and the command. A snapshot whose model sha256 differs from the
 cached model is refused loudly: the references must be re-run on that model.
 """
 
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from impl.protocol import ModelRef
+from specgate import lock
+from specgate.snapshot_diff import first_divergence_of_values
 
 SNAPSHOT_ROOT = Path(__file__).resolve().parent.parent / "snapshots"
 REGENERATE = "nox -s snapshots"
@@ -49,11 +52,13 @@ def package_versions(*names: str) -> dict[str, str]:
 def provenance(model: ModelRef, references: dict[str, str], packages: tuple[str, ...]) -> dict[str, Any]:
     """Provenance block for a snapshot recorded on ``model`` by ``references``
     (adapter name -> what it is, e.g. ``"transformers apply_chat_template"``)."""
+    installed = package_versions(*packages)
     return {
         "model": model.id,
         "model_sha256": model.sha256,
         "references": references,
-        "packages": package_versions(*packages),
+        "packages": installed,
+        "lock": lock.provenance(installed),
         "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d"),
         "command": " ".join(["pytest", *sys.argv[1:]]) if sys.argv else REGENERATE,
@@ -134,9 +139,37 @@ Drift = Callable[[str, Any, Any], "str | None"]
 
 def exact(case_id: str, stored: Any, live: Any) -> str | None:
     """Outputs with no floating point in them (ids, text, metadata) must not change at all."""
-    if json.loads(json.dumps(live)) == stored:
-        return None
-    return f"snapshot: {str(stored)[:400]}\n  live:     {str(live)[:400]}"
+    return first_divergence_of_values(stored, json.loads(json.dumps(live)))
+
+
+#: ``user_properties`` key under which a re-check leaves what drifted (read by ``specgate.drift``).
+DRIFT_PROPERTY = "specgate-drift"
+
+
+def note_drift(
+    request: Any,
+    model: ModelRef,
+    stage: str,
+    packages: tuple[str, ...],
+    stored: dict[str, Any],
+    live: dict[str, Any],
+    changed: dict[str, str],
+) -> None:
+    """Leave the re-check's findings on the test item, as data, for the drift report."""
+    request.node.user_properties.append(
+        (
+            DRIFT_PROPERTY,
+            {
+                "model": model.id,
+                "stage": stage,
+                "packages": list(packages),
+                "added": sorted(live.keys() - stored.keys()),
+                "removed": sorted(stored.keys() - live.keys()),
+                "changed": changed,
+                "cases": len(stored),
+            },
+        )
+    )
 
 
 def record(
@@ -172,10 +205,12 @@ def record(
         return
     stored = load(model, stage)
     missing = sorted(set(stored) ^ set(cases))
+    changed = {k: why for k in cases if k in stored and (why := drift(k, stored[k], cases[k]))}
+    if missing or changed:
+        note_drift(request, model, stage, packages, stored, cases, changed)
     assert not missing, (
         f"{model.id}/{stage}: case ids differ between snapshot and live reference: {missing[:10]}"
     )
-    changed = {k: why for k in cases if (why := drift(k, stored[k], cases[k]))}
     first = next(iter(changed), None)
     assert not changed, (
         f"{model.id}/{stage}: the live reference no longer matches the snapshot for {len(changed)} cases, "
