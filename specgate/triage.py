@@ -41,7 +41,7 @@ GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
 #: The outcomes a reproducer is shrunk for: divergences of the engine.
 SHRUNK_OUTCOMES = ("fail", "error")
 #: The stages a re-check can replay on a new input.
-REPLAYABLE = ("split", "encode", "decode", "render")
+REPLAYABLE = ("split", "encode", "decode", "render", "logits/exact", "logits/quantized")
 DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
 DEFAULT_TOTAL_BUDGET = 120.0  # seconds of shrinking per run
 REFERENCE_NOTE = (
@@ -207,8 +207,11 @@ def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any
     from impl.protocol import EngineError
     from specgate.gate import NotApplicable, Refused
 
+    base, _, conformance_class = stage.partition("/")
     try:
-        return _CHECKS[stage](engine, oracle, model, inp)
+        if base == "logits":
+            return _check_logits(engine, oracle, model, inp, conformance_class)
+        return _CHECKS[base](engine, oracle, model, inp)
     except Refused as exc:
         return Verdict("refused", str(exc.msg))
     except NotApplicable as exc:
@@ -281,6 +284,33 @@ def _check_render(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
     )
 
 
+def _check_logits(
+    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
+) -> Verdict:
+    """The logits gate of one class, the oracle's logits standing in for both references
+    (every position recorded, top-64 as in the snapshots)."""
+    import numpy as np
+
+    from specgate import logit_metrics
+    from specgate.checks import logits
+    from specgate.gate import call, not_applicable
+
+    if conformance_class not in engine.classes:
+        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
+    ids = list(inp["ids"])
+    expected = np.asarray(oracle.logits(model, ids), dtype=np.float32)
+    got = np.asarray(call(engine, "logits", model, ids), dtype=np.float32)
+    positions = list(range(len(ids)))
+    record = logit_metrics.topk_record(expected, positions, 64)
+    case = {"ids": ids, "positions": positions, "hf": record, "llamacpp": record}
+    failure = logits.well_formed(case, got)
+    if failure is None:
+        failure, _ = logits.check(conformance_class, model.id, case, got)
+    top = lambda a: [int(np.argmax(row)) for row in a]  # noqa: E731 — the answers, in brief
+    answer = top(got) if got.ndim == 2 else list(got.shape)
+    return Verdict("fail" if failure else "pass", failure or "", {"top1": answer}, {"top1": top(expected)})
+
+
 _CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
     "split": _check_split,
     "encode": _check_encode,
@@ -311,7 +341,7 @@ def case_input(record: Any) -> dict[str, Any] | None:
             "add_generation_prompt": case.add_generation_prompt,
             "kwargs": case.kwargs,
         }
-    case = snapshots.load(model_for(record.model), stage)[case_id]
+    case = snapshots.load(model_for(record.model), stage.split("/")[0])[case_id]
     if stage == "split":
         return {"text": case["text"]}
     if stage == "encode":
