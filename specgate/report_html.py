@@ -107,6 +107,17 @@ def _matrix(rows: list[dict[str, Any]]) -> str:
     return f'<table id="matrix">{head}{"".join(body)}</table>'
 
 
+def _texts(inp: dict[str, Any]) -> list[str]:
+    """The reproducer's text (or template) once more with every space, tab and newline visible."""
+    text = inp.get("text", inp.get("template"))
+    if not isinstance(text, str):
+        return []
+    shown = escape(text).replace(" ", "·").replace("\t", "→").replace("\n", "↵\n").replace("\r", "␍")
+    return [
+        f'<div class="note">with whitespace visible (· space, → tab, ↵ newline):</div><pre class="ws">{shown}</pre>'
+    ]
+
+
 def _group(number: int, group: dict[str, Any]) -> str:
     cases = "".join(f"<li><code>{escape(n)}</code></li>" for n in group["first_cases"])
     parts = [
@@ -128,6 +139,7 @@ def _group(number: int, group: dict[str, Any]) -> str:
             f'<div class="note">shrunk from {shrunk["from_size"]} to {shrunk["to_size"]} in {shrunk["seconds"]} s '
             f"({shrunk['checks']} checks). {escape(repro['note'])}</div>",
             f'<pre class="repro-input">{visible(json.dumps(repro["input"], ensure_ascii=False, indent=1)[:3000])}</pre>',
+            *_texts(repro["input"]),
             f"<pre>{visible(repro['divergence'].strip()[:3000])}</pre>",
         ]
     parts.append("</section>")

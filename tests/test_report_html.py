@@ -120,6 +120,11 @@ def test_html_report_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRe
     assert visible_groups == [g["id"] for g in report["groups"] if g["outcome"] == "fail"]
     assert filtered.shown == f"{len(visible_rows)} rows, {len(visible_groups)} groups shown"
 
+    # Another: one stage; the render group is hidden with the render rows.
+    by_stage = Dom(browse(browser, page.as_uri() + "#stage=metadata", tmp_path / "profile", "--dump-dom"))
+    assert [r["stage"] for r in by_stage.rows if not r["hidden"]] == ["metadata"]
+    assert [g["id"] for g in by_stage.groups if not g["hidden"]] == []
+
     shot = page.with_suffix(".png").with_name(page.stem + "-browser.png")
     browse(browser, page.as_uri(), tmp_path / "profile", "--window-size=1200,1000", f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000, "the screenshot is (nearly) empty"

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from dataclasses import dataclass
 
-from specgate import triage
+from impl.oracle import OracleEngine
+from specgate import models as model_cache
+from specgate import render_corpus, snapshots, triage
+from specgate.plugin import model_missing
 
 
 def test_ddmin_finds_the_two_elements_that_matter():
@@ -90,3 +95,71 @@ def test_a_recheck_message_has_the_kind_of_the_gate_message():
     gate = encode_failure("ws/run", "a   b", 1, False)
     recheck = gate.split(": ", 1)[1]
     assert triage.signature("encode", "fail", recheck) == triage.record_signature(rec("ws/run", gate))
+
+
+def repro_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "repro", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_repro_of_a_bad_file_is_one_line(tmp_path):
+    missing = repro_cli(str(tmp_path / "nope.json"), "--impl", "oracle")
+    not_repro = tmp_path / "x.json"
+    not_repro.write_text('{"stage": "split"}', encoding="utf-8")
+    wrong = repro_cli(str(not_repro), "--impl", "oracle")
+    for proc, needle in ((missing, "cannot read"), (wrong, "is not a specgate reproducer: no model, input")):
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+class DecodeDropsSpaces(OracleEngine):
+    """The oracle with a planted decode defect: the space token (220) decodes to nothing."""
+
+    name = "decode-drops-spaces"
+
+    def decode(self, model, ids):
+        return super().decode(model, [i for i in ids if i != 220])
+
+
+class TemplateStrips(OracleEngine):
+    """The oracle with a planted render_template defect: the output is stripped."""
+
+    name = "template-strips"
+
+    def render_template(self, template, context):
+        return super().render_template(template, context).strip()
+
+
+def shrink_one(engine, stage: str, model_id: str, case: str, message: str):
+    group = triage.Group(
+        triage.signature(stage, "fail", message, model_id, case), [rec(case, message, stage)]
+    )
+    group.records[0].model = model_id
+    return triage.Shrinker(engine, OracleEngine(), group_budget=20, total_budget=40).reproduce(group), group
+
+
+def test_a_decode_defect_shrinks_to_the_one_token_it_mangles():
+    if "qwen3-vocab" not in model_cache.cached_models():
+        model_missing("qwen3-vocab; run: specgate models fetch qwen3-vocab")
+    model = triage.model_for("qwen3-vocab")
+    ids = snapshots.load(model, "decode")["arabic"]["ids"]
+    first = triage.recheck("decode", DecodeDropsSpaces(), OracleEngine(), model, {"ids": ids})
+    assert first.outcome == "fail"
+    message = f"[decode] model qwen3-vocab, case arabic: {first.message}"  # as the gate words it
+    repro, group = shrink_one(DecodeDropsSpaces(), "decode", "qwen3-vocab", "arabic", message)
+    assert repro is not None, group.shrink_note
+    assert repro["input"] == {"ids": [220]} and repro["shrinking"]["from_size"] == len(ids)
+    assert repro["engine_answer"] == "" and repro["oracle_answer"] == "20"
+
+
+def test_a_construct_template_shrinks_by_characters():
+    construct = render_corpus.constructs()["06_str_rsplit_no_sep"]
+    template = construct["template"]
+    inp = {"template": template, "context": construct["context"]}
+    message = "stage render, constructs, case 06_str_rsplit_no_sep: "
+    message += triage.recheck("render", TemplateStrips(), OracleEngine(), None, inp).message
+    repro, group = shrink_one(TemplateStrips(), "render", "constructs", "06_str_rsplit_no_sep", message)
+    assert repro is not None, group.shrink_note
+    assert len(repro["input"]["template"]) <= 2 < len(template), repro["input"]
+    assert repro["divergence"].startswith("rendered prompt differs from transformers")
