@@ -138,9 +138,11 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
 def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     """One root-cause group: its size and signature, its first three cases, its first
     full message and its reproducer (or why there is none)."""
+    cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
     lines = [
-        f"### {number}. {group['count']}× {group['outcome']}: {group['signature']}",
+        f"### {group['outcome']}: {group['stage']} · {cases} (group {number})",
         "",
+        f"signature: `{group['signature']}`  ",
         f"models: {', '.join(group['models'])}; first cases:",
         *[f"- `{nodeid}`" for nodeid in group["first_cases"]],
         "",
