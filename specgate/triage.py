@@ -14,7 +14,9 @@ defect once, with the smallest input that shows it. So:
   split/encode texts, over token ids for decode, over messages and then the
   characters of each message's content for render conversations, over characters
   for construct templates. A smaller input is kept only when it still diverges with
-  the same signature. Shrinking has a time budget per group and in total.
+  the same signature. Shrinking has a time budget per group and in total (checked
+  before each engine call: a call already started — one engine timeout at worst —
+  finishes).
 * **The reference while shrinking.** The recorded references only know the corpus'
   own inputs, and the engine must never judge itself; a shrunk input is judged
   against the oracle, a fast stand-in that agrees with the references on the whole
