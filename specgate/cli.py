@@ -7,11 +7,13 @@ specgate models verify [ID ...]  re-hash cached models in full against their sha
 specgate models path ID          the cached GGUF's path
 specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
+specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 
@@ -119,6 +121,34 @@ def _engine(args: argparse.Namespace) -> int:
     return serve(args.impl)
 
 
+def _repro(args: argparse.Namespace) -> int:
+    """``repro FILE --impl X``: the reproducer's input re-checked on the engine against
+    the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not."""
+    from impl.registry import UnknownImpl, resolve
+    from specgate import triage
+
+    try:
+        data = triage.load_reproducer(args.file)
+        engine = resolve(args.impl)
+    except (triage.ReproError, UnknownImpl) as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        verdict, same = triage.replay(data, engine)
+    finally:
+        engine.close()
+    print(f"reproducer {data.get('group', args.file)} ({data['stage']} · {data['model']}) on {args.impl}:")
+    print(f"input: {json.dumps(data['input'], ensure_ascii=False)[:2000]}")
+    if verdict.outcome in ("fail", "error"):
+        how = "the same way" if same else f"differently (expected: {data['signature']})"
+        print(f"still diverges from the oracle, {how}: {verdict.outcome}\n{verdict.message}")
+        return 1
+    print(
+        f"no divergence from the oracle: {verdict.outcome}{': ' + verdict.message if verdict.message else ''}"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -131,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
     e.add_argument("--impl", default="oracle")
     e.set_defaults(func=_engine)
+    r = sub.add_parser("repro", help="replay a minimized reproducer from a parity run's reports/repro/")
+    r.add_argument("file")
+    r.add_argument("--impl", required=True)
+    r.set_defaults(func=_repro)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -70,6 +70,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also write the JUnit XML into --report-dir, named like the other report files",
     )
+    group.addoption(
+        "--shrink-budget",
+        type=float,
+        default=120.0,
+        help="seconds spent in total shrinking the failing groups' reproducers after the run "
+        "(0: no reproducers; default 120)",
+    )
+    group.addoption(
+        "--shrink-group-budget", type=float, default=20.0, help="seconds of shrinking per group (default 20)"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -84,6 +94,7 @@ class GateRecord:
     nodeid: str
     message: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    case: str = ""  # the snapshot/corpus case id, when the gate has one (to replay it)
 
 
 class AnswerCache:
@@ -133,6 +144,7 @@ class SpecgateSession:
     records: list[GateRecord] = field(default_factory=list)
     answers: AnswerCache = field(default_factory=AnswerCache)
     verdict: list[str] = field(default_factory=list)  # why the run fails beyond per-case failures
+    groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
 
 
 SESSION = pytest.StashKey[SpecgateSession]()
@@ -438,6 +450,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
                 item.nodeid,
                 message,
                 {k.removeprefix("metric:"): v for k, v in metrics.items()},
+                str(params.params.get("case_id", "")) if params else "",
             )
         )
 
@@ -490,9 +503,36 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(report.matrix_text(state.records))
     for problem in state.verdict:
         terminalreporter.write_line(f"specgate: RUN FAILS — {problem}", red=True, bold=True)
+    shrink_reproducers(state, config, terminalreporter)
     written = report.write_reports(state, config.getoption("--report-dir"))
     for path in written:
         terminalreporter.write_line(f"report: {path}")
+
+
+def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalreporter: Any) -> None:
+    """Group the findings by root cause and shrink one reproducer per group against a
+    fresh engine of the same ``--impl`` (``specgate.triage``), within --shrink-budget."""
+    import time
+    from pathlib import Path
+
+    from specgate import report, triage
+
+    state.groups = triage.group_records(state.records)
+    if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
+        return
+    start = time.monotonic()
+    triage.shrink_groups(
+        state.groups,
+        state.impl,
+        Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl),
+        group_budget=config.getoption("--shrink-group-budget"),
+        total_budget=config.getoption("--shrink-budget"),
+    )
+    made = sum(g.reproducer is not None for g in state.groups)
+    terminalreporter.write_line(
+        f"specgate: {len(state.groups)} root-cause groups, {made} minimized reproducers "
+        f"({time.monotonic() - start:.1f} s of shrinking)"
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""The compliance report: the stage × model matrix, as text, Markdown and JSON."""
+"""The compliance report: the stage × model matrix and the findings grouped by root
+cause (``specgate.triage``), as text, Markdown, JSON, a PNG and one self-contained
+HTML page (``specgate.report_html``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from specgate import report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
 
 
@@ -84,6 +87,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     stem = out / report_stem(results.impl)
     table = tally(results.records)
     mets = metrics_summary(results.records)
+    causes = getattr(results, "groups", None) or triage.group_records(results.records)
     payload = {
         "impl": results.impl,
         "coverage": dict(coverage(results.records)),
@@ -92,6 +96,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
             for (s, m), c in table.items()
         ],
+        "groups": [g.as_dict() for g in causes],
         "cases": [r.__dict__ for r in results.records],
     }
     json_path = stem.with_name(stem.name + ".json")
@@ -116,24 +121,54 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         for message, group in groups:
             md += [f"- **{len(group)}×** {message[:500]}"]
             md += [f"  - `{r.nodeid}`" for r in group[:3]]
-    problems = [r for r in results.records if r.outcome in ("fail", "error", "reference-disagreement")]
-    if problems:
-        md += ["", "## Findings", ""]
-        for r in problems:
-            md += [
-                f"### {r.outcome}: {r.stage} · {r.model} · `{r.nodeid}`",
-                "",
-                "```",
-                r.message.strip()[:4000],
-                "```",
-                "",
-            ]
+    if causes:
+        md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
+        for number, group in enumerate(payload["groups"], 1):
+            md += group_markdown(number, group)
     png_path = write_heatmap(table, stem.with_name(stem.name + ".png"), results.impl)
     if png_path is not None:
         md[2:2] = [f"![parity matrix]({png_path.name})", ""]
     md_path = stem.with_name(stem.name + ".md")
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
-    return [md_path, json_path, *([png_path] if png_path is not None else [])]
+    html_path = stem.with_name(stem.name + ".html")
+    html_path.write_text(report_html.page(payload), encoding="utf-8")
+    return [md_path, json_path, html_path, *([png_path] if png_path is not None else [])]
+
+
+def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
+    """One root-cause group: its size and signature, its first three cases, its first
+    full message and its reproducer (or why there is none)."""
+    cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
+    lines = [
+        f"### {group['outcome']}: {group['stage']} · {cases} (group {number})",
+        "",
+        f"signature: `{group['signature']}`  ",
+        f"models: {', '.join(group['models'])}; first cases:",
+        *[f"- `{nodeid}`" for nodeid in group["first_cases"]],
+        "",
+        "```",
+        group["first_message"].strip()[:4000],
+        "```",
+        "",
+    ]
+    repro = group["reproducer"]
+    if repro is None:
+        return [*lines, f"No reproducer: {group['shrink_note']}" if group["shrink_note"] else "", ""]
+    shrunk = repro["shrinking"]
+    return [
+        *lines,
+        f"**Minimized reproducer** `{group['reproducer_file']}` (shrunk from {shrunk['from_size']} to "
+        f"{shrunk['to_size']} in {shrunk['seconds']} s; {repro['note']})",
+        "",
+        "```json",
+        json.dumps(repro["input"], ensure_ascii=False)[:2000],
+        "```",
+        "",
+        "```",
+        repro["divergence"].strip()[:2000],
+        "```",
+        "",
+    ]
 
 
 # Outcome colours: the hue says which outcome, the saturation what share of the row's cases.

@@ -5,6 +5,11 @@ served over PROTOCOL.md by its own script and gated through ``--impl 'cmd:...'``
 as a real external process, exactly as an engine author's engine would be. Each
 must fail exactly the stage its defect lives in — the other stages of the run
 pass — and the first-divergence message must show the defect's symptom.
+
+The report must also triage it: the defect is one root-cause group per failing
+stage (row), and where the stage can be replayed on a new input, the group's
+reproducer is shrunk to a few characters, messages or tokens, within the
+shrinking budget; ``specgate repro`` replays it (exit 1 on the mutant, 0 on the oracle).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,7 @@ from specgate.plugin import model_missing
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = Path(__file__).with_name("mutants")
+GROUP_BUDGET = 20.0  # seconds of shrinking per group (--shrink-group-budget)
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,9 @@ class Mutant:
     fails: frozenset[str]  # exactly the stages that must fail
     symptoms: dict[str, str]  # stage -> regex the first failing case's message must match
     extra: tuple[str, ...] = ()  # more pytest arguments (to keep the run short)
+    # failing stage row -> the largest acceptable reproducer (characters, messages + characters, tokens);
+    # rows not listed cannot be replayed on a new input (sample, generate): one group, no reproducer.
+    repro_size: dict[str, int] = field(default_factory=dict)
 
 
 CASES = [
@@ -47,6 +56,7 @@ CASES = [
             "split": r"reference: .*\['( +)'\] ' \w+'.*\n\s+engine: .*\['\1 '\] '\w+'",
             "encode": r"reference: .*\[\d+=b'( +)'\] \d+=b' \w+'.*\n\s+engine: .*\[\d+=b'\1 '\] \d+=b'\w+'",
         },
+        repro_size={"split": 4, "encode": 4},  # two spaces and a letter: "  i"
     ),
     Mutant(
         "template_swallow_chatml",
@@ -54,6 +64,7 @@ CASES = [
         models=("qwen3-vocab",),
         fails=frozenset({"render"}),
         symptoms={"render": r"the reference refuses this input .* but the engine rendered '<\|im_start\|>"},
+        repro_size={"render": 3},  # one message (its content shrunk to a character or two, or none)
     ),
     Mutant(
         "sampler_top_p_ge",
@@ -76,6 +87,7 @@ CASES = [
             "logits": r"max \|Δlogit\| [\d.]+ > tolerance .*; top-1 differs at \d+ positions, first position [1-9]",
         },
         extra=("-k", "not long_code_512"),
+        repro_size={"logits/exact": 4, "logits/quantized": 6},  # a few prompt tokens
     ),
     Mutant(
         "stop_per_token",
@@ -131,6 +143,8 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
         ",".join(mutant.models),
         "--report-dir",
         str(tmp_path),
+        "--shrink-group-budget",
+        str(GROUP_BUDGET),
         *mutant.extra,
     ]
     proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ))
@@ -138,14 +152,60 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
     report = json.loads(path.read_text(encoding="utf-8"))
 
     assert proc.returncode == 1, f"a failing gate must fail the run\n{proc.stdout[-3000:]}"
-    ran = {row["stage"] for row in report["matrix"]}
+    ran = {row["stage"].split("/")[0] for row in report["matrix"]}  # logits/exact -> logits
     assert set(mutant.stages) <= ran, f"stages missing from the run: {set(mutant.stages) - ran}"
-    bad = {c["stage"] for c in report["cases"] if c["outcome"] in ("fail", "error")}
+    bad = {c["stage"].split("/")[0] for c in report["cases"] if c["outcome"] in ("fail", "error")}
     assert bad == mutant.fails, (
         f"{mutant.script}: failing stages {sorted(bad)}, expected {sorted(mutant.fails)}"
     )
     for stage, symptom in mutant.symptoms.items():
-        first = next(c for c in report["cases"] if c["stage"] == stage and c["outcome"] == "fail")
+        first = next(
+            c for c in report["cases"] if c["stage"].split("/")[0] == stage and c["outcome"] == "fail"
+        )
         assert re.search(symptom, first["message"]), (
             f"{mutant.script}: the {stage} failure does not show the defect's symptom /{symptom}/:\n{first['message']}"
+        )
+    check_triage(mutant, report, impl)
+
+
+def check_triage(mutant: Mutant, report: dict, impl: str) -> None:
+    """One root-cause group per failing stage row; a small reproducer, shrunk within
+    the budget, where the row can be replayed; ``specgate repro`` replays it."""
+    failing_rows = sorted({c["stage"] for c in report["cases"] if c["outcome"] in ("fail", "error")})
+    groups = [g for g in report["groups"] if g["outcome"] in ("fail", "error")]
+    assert sorted(g["stage"] for g in groups) == failing_rows, (
+        f"{mutant.script}: expected one group per failing row {failing_rows}, got "
+        + "; ".join(f"{g['count']}× {g['signature']}" for g in groups)
+    )
+    for group in groups:
+        limit = mutant.repro_size.get(group["stage"])
+        if limit is None:
+            assert group["reproducer"] is None and "cannot be replayed" in group["shrink_note"], group
+            continue
+        repro = group["reproducer"]
+        assert repro is not None, (
+            f"{mutant.script}: no reproducer for {group['stage']}: {group['shrink_note']}"
+        )
+        shrunk = repro["shrinking"]
+        assert shrunk["to_size"] <= limit < shrunk["from_size"], (
+            f"{mutant.script}: {group['stage']} reproducer of size {shrunk['to_size']} (limit {limit}): "
+            f"{repro['input']}"
+        )
+        assert shrunk["seconds"] <= GROUP_BUDGET + 5, shrunk  # a check started before the deadline may finish
+        assert repro["signature"] == group["signature"] and repro["outcome"] == group["outcome"]
+    replayable = [g for g in groups if g["reproducer"] is not None]
+    if replayable:
+        path = replayable[0]["reproducer_file"]
+        on_mutant = lifeline.run(
+            [sys.executable, "-m", "specgate.cli", "repro", path, "--impl", impl],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ),
+        )  # fmt: skip
+        assert on_mutant.returncode == 1, on_mutant.stdout + on_mutant.stderr
+        assert "still diverges from the oracle, the same way" in on_mutant.stdout, on_mutant.stdout
+        on_oracle = lifeline.run(
+            [sys.executable, "-m", "specgate.cli", "repro", path, "--impl", "oracle"],
+            cwd=ROOT, capture_output=True, text=True, timeout=300, env=dict(os.environ),
+        )  # fmt: skip
+        assert on_oracle.returncode == 0 and "no divergence" in on_oracle.stdout, (
+            on_oracle.stdout + on_oracle.stderr
         )

@@ -1,0 +1,586 @@
+"""Root causes, not lists: findings grouped by a normalized signature, and for each
+group one minimized reproducer.
+
+An engine with one defect often fails hundreds of cases; its author needs the
+defect once, with the smallest input that shows it. So:
+
+* **Grouping.** Every ``fail``, ``error`` and ``reference-disagreement`` record gets a
+  signature: its stage, its outcome and the first line of its message with the
+  case's own details masked (the model and case ids, quoted text, numbers,
+  parenthesized details). Records with one signature are one group; groups are
+  ordered by size. (Refusals are grouped by their full message in the report.)
+* **Shrinking.** A group's first case that the re-check below can replay is shrunk
+  against the live engine with delta debugging (``ddmin``): over characters for
+  split/encode texts, over token ids for decode, over messages and then the
+  characters of each message's content for render conversations, over characters
+  for construct templates. A smaller input is kept only when it still diverges with
+  the same signature. Shrinking has a time budget per group and in total (checked
+  before each engine call: a call already started — one engine timeout at worst —
+  finishes).
+* **The reference while shrinking.** The recorded references only know the corpus'
+  own inputs, and the engine must never judge itself; a shrunk input is judged
+  against the oracle, a fast stand-in that agrees with the references on the whole
+  corpus (the oracle's own tests). Each reproducer says so: it *diverges from the
+  oracle*; the original case was confirmed by the references.
+
+Reproducers are JSON files in ``<report dir>/repro/<report stem>/<group>.json``;
+``specgate repro FILE --impl X`` replays one (``replay_file``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The outcomes grouped by root cause (refusals are grouped by message in the report).
+GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
+#: The outcomes a reproducer is shrunk for: divergences of the engine.
+SHRUNK_OUTCOMES = ("fail", "error")
+#: The stages a re-check can replay on a new input.
+REPLAYABLE = ("split", "encode", "decode", "render", "logits/exact", "logits/quantized")
+DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
+DEFAULT_TOTAL_BUDGET = 120.0  # seconds of shrinking per run
+REFERENCE_NOTE = (
+    "This input diverges from the oracle (the fast stand-in reference used for shrinking, which agrees "
+    "with the recorded references on the whole corpus); the original case was confirmed by the references."
+)
+
+
+# ---------------------------------------------------------------------------
+# signatures and groups
+
+
+_QUOTED = re.compile(r"""[bB]?'(?:[^'\\\n]|\\.)*'|[bB]?"(?:[^"\\\n]|\\.)*\"""")
+_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![A-Za-z_])")
+_PARENS = re.compile(r"\([^()]*\)")
+_RUNS = re.compile(r"N(?:[,\s=]*N)+")
+
+
+def kind(message: str, model: str = "", case: str = "") -> str:
+    """The divergence kind of a message: its first line with the case's details
+    masked — the model and case ids, quoted text (``<q>``), numbers (``N``) and
+    parenthesized details (``(…)``) — and the gate's ``where: `` prefix (the part
+    naming the case) dropped. Two cases of one defect give one kind; the message of
+    a re-check (which has no prefix) gives the same kind as the gate's."""
+    text = message.strip()
+    for literal, mask in ((case, "<case>"), (model, "<model>")):
+        if literal:
+            text = text.replace(literal, mask)
+    lines = [line for line in text.splitlines() if line.strip()]
+    line = _QUOTED.sub("<q>", lines[0] if lines else "")
+    line = _NUMBER.sub("N", line)
+    while _PARENS.search(line):  # innermost first; the mask itself has no parentheses
+        line = _PARENS.sub("\ue000", line)
+    line = line.replace("\ue000", "(…)")
+    line = _RUNS.sub("N…", line)
+    head, sep, rest = line.partition(": ")
+    if sep and ("<case>" in head or "<model>" in head):
+        line = rest
+    return " ".join(line.split())
+
+
+def signature(stage: str, outcome: str, message: str, model: str = "", case: str = "") -> str:
+    return f"{stage} · {outcome} · {kind(message, model, case)}"
+
+
+def record_signature(record: Any) -> str:
+    return signature(record.stage, record.outcome, record.message, record.model, getattr(record, "case", ""))
+
+
+@dataclass
+class Group:
+    """One root cause: the records sharing a signature, and its reproducer if any."""
+
+    signature: str
+    records: list[Any]
+    reproducer: dict[str, Any] | None = None
+    reproducer_path: str | None = None
+    shrink_note: str = ""  # why there is no reproducer, when there is none
+
+    @property
+    def id(self) -> str:
+        """A file-name-safe, stable name: the stage and a hash of the signature."""
+        stage = re.sub(r"[^A-Za-z0-9]+", "_", self.records[0].stage)
+        return f"{stage}-{hashlib.sha256(self.signature.encode('utf-8')).hexdigest()[:10]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        first = self.records[0]
+        return {
+            "id": self.id,
+            "signature": self.signature,
+            "stage": first.stage,
+            "outcome": first.outcome,
+            "count": len(self.records),
+            "models": sorted({r.model for r in self.records}),
+            "first_cases": [r.nodeid for r in self.records[:3]],
+            "first_message": first.message,
+            "reproducer_file": self.reproducer_path,
+            "reproducer": self.reproducer,
+            "shrink_note": self.shrink_note,
+        }
+
+
+def group_records(records: Sequence[Any]) -> list[Group]:
+    """The grouped outcomes' records by signature, largest group first (ties by signature)."""
+    groups: dict[str, list[Any]] = {}
+    for record in records:
+        if record.outcome in GROUPED_OUTCOMES:
+            groups.setdefault(record_signature(record), []).append(record)
+    return [Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+
+
+# ---------------------------------------------------------------------------
+# delta debugging
+
+
+class OutOfTime(Exception):
+    """The shrinking budget ran out; the smallest input found so far stands."""
+
+
+def ddmin(items: Sequence[Any], still_fails: Callable[[list[Any]], bool]) -> list[Any]:
+    """Zeller's delta debugging (ddmin): a 1-minimal sublist of ``items`` for which
+    ``still_fails`` holds — removing any single remaining element makes it pass.
+
+    ``items`` itself must fail. The list is cut into ``n`` chunks (first 2): if one
+    chunk fails alone it becomes the list (n back to 2); else if the list without
+    one chunk (a complement) fails, that becomes the list (n one less); else the
+    granularity doubles, until chunks are single elements. The empty list is never
+    tried: the smallest answer is one element. Order is kept.
+
+    ``still_fails`` may raise ``OutOfTime``; ``ddmin`` then returns the smallest
+    failing list found so far (still failing, not necessarily 1-minimal).
+    """
+    current = list(items)
+    n = 2
+    try:
+        while len(current) >= 2:
+            chunks = _split(current, n)
+            for chunk in chunks:
+                if still_fails(chunk):
+                    current, n = chunk, 2
+                    break
+            else:
+                for i in range(len(chunks)):
+                    complement = [x for j, c in enumerate(chunks) if j != i for x in c]
+                    if still_fails(complement):
+                        current, n = complement, max(n - 1, 2)
+                        break
+                else:
+                    if n >= len(current):
+                        break
+                    n = min(len(current), 2 * n)
+    except OutOfTime:
+        pass
+    return current
+
+
+def _split(items: list[Any], n: int) -> list[list[Any]]:
+    """``items`` cut into ``n`` contiguous chunks of near-equal size (none empty)."""
+    size, extra = divmod(len(items), n)
+    chunks, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(items[start:end])
+        start = end
+    return [c for c in chunks if c]
+
+
+# ---------------------------------------------------------------------------
+# re-checking one input against the oracle
+
+
+@dataclass
+class Verdict:
+    outcome: str  # pass, fail, refused, reference-disagreement or error
+    message: str = ""
+    engine_answer: Any = None
+    oracle_answer: Any = None
+
+
+def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    """The gate's comparison for ``stage`` on a new input ``inp``, with the oracle's
+    answer as the reference (see the module docstring)."""
+    from impl.protocol import EngineError
+    from specgate.gate import NotApplicable, Refused
+
+    base, _, conformance_class = stage.partition("/")
+    try:
+        if base == "logits":
+            return _check_logits(engine, oracle, model, inp, conformance_class)
+        return _CHECKS[base](engine, oracle, model, inp)
+    except Refused as exc:
+        return Verdict("refused", str(exc.msg))
+    except NotApplicable as exc:
+        return Verdict("n/a", str(exc.msg))
+    except EngineError as exc:
+        return Verdict("error", str(exc))
+
+
+def _check_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    from specgate.checks import tokenizer
+    from specgate.gate import call
+
+    expected = oracle.split(model, inp["text"])
+    got = call(engine, "split", model, inp["text"])
+    failure, disagreement = tokenizer.check_split(inp["text"], expected, got)
+    outcome = "fail" if failure else "reference-disagreement" if disagreement else "pass"
+    return Verdict(outcome, failure or disagreement or "", list(got), expected)
+
+
+def _check_encode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    from specgate.checks import tokenizer
+    from specgate.gate import call
+
+    expected = oracle.encode(model, inp["text"], inp["parse_special"])
+    got = call(engine, "encode", model, inp["text"], inp["parse_special"])
+    show = lambda i: repr(oracle.decode(model, [i]))  # noqa: E731 — a token id shown as its bytes
+    failure = tokenizer.check_encode({**inp, "ids": expected}, got, show=show)
+    return Verdict("fail" if failure else "pass", failure or "", list(got), expected)
+
+
+def _check_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    from specgate.checks import tokenizer
+    from specgate.gate import call
+
+    expected = oracle.decode(model, inp["ids"])
+    got = call(engine, "decode", model, inp["ids"])
+    failure = tokenizer.check_decode(expected, bytes(got))
+    return Verdict("fail" if failure else "pass", failure or "", bytes(got).hex(), expected.hex())
+
+
+def _check_render(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    """A conversation through the model's template (``messages``) or a construct
+    template (``template`` + ``context``), as ``tests/gates/test_render.py`` judges it."""
+    from impl.protocol import Unsupported
+    from specgate.checks import render
+    from specgate.gate import call, refused
+
+    construct = "template" in inp
+    key, method = ("output", "render_template") if construct else ("prompt", None)
+    args = (
+        (inp["template"], inp["context"])
+        if construct
+        else (model, inp["messages"], inp["add_generation_prompt"])
+    )
+    kwargs = {} if construct else inp.get("kwargs", {})
+    try:
+        expected: dict[str, Any] = {key: getattr(oracle, method or "render")(*args, **kwargs)}
+    except Unsupported as exc:  # the oracle cannot tell a raise_exception message from others
+        expected = {"error": {"type": "refusal", "message": str(exc), "raised_by_template": False}}
+    try:
+        got, refusal = call(engine, "render", *args, method=method, refusal_expected=True, **kwargs), ""
+    except Unsupported as exc:
+        if "error" not in expected:
+            refused(f"{engine.name} refuses this render input: {exc}")
+        got, refusal = None, str(exc)
+    failure = render.check(expected, got, refusal, key)
+    answer = got if got is not None else {"refusal": refusal}
+    return Verdict(
+        "fail" if failure else "pass", failure or "", answer, expected.get(key, expected.get("error"))
+    )
+
+
+def _check_logits(
+    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
+) -> Verdict:
+    """The logits gate of one class, the oracle's logits standing in for both references
+    (every position recorded, top-64 as in the snapshots)."""
+    import numpy as np
+
+    from specgate import logit_metrics
+    from specgate.checks import logits
+    from specgate.gate import call, not_applicable
+
+    if conformance_class not in engine.classes:
+        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
+    ids = list(inp["ids"])
+    expected = np.asarray(oracle.logits(model, ids), dtype=np.float32)
+    got = np.asarray(call(engine, "logits", model, ids), dtype=np.float32)
+    positions = list(range(len(ids)))
+    record = logit_metrics.topk_record(expected, positions, 64)
+    case = {"ids": ids, "positions": positions, "hf": record, "llamacpp": record}
+    failure = logits.well_formed(case, got)
+    if failure is None:
+        failure, _ = logits.check(conformance_class, model.id, case, got)
+    top = lambda a: [int(np.argmax(row)) for row in a]  # noqa: E731 — the answers, in brief
+    answer = top(got) if got.ndim == 2 else list(got.shape)
+    return Verdict("fail" if failure else "pass", failure or "", {"top1": answer}, {"top1": top(expected)})
+
+
+_CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
+    "split": _check_split,
+    "encode": _check_encode,
+    "decode": _check_decode,
+    "render": _check_render,
+}
+
+
+# ---------------------------------------------------------------------------
+# the inputs of recorded cases, and how each is shrunk
+
+
+def case_input(record: Any) -> dict[str, Any] | None:
+    """The input of a recorded case, from the snapshot or corpus it was read from;
+    None when its stage cannot be replayed."""
+    from specgate import render_corpus, snapshots
+
+    stage, case_id = record.stage, getattr(record, "case", "")
+    if stage not in REPLAYABLE or not case_id:
+        return None
+    if stage == "render":
+        if record.model == render_corpus.CONSTRUCTS_MODEL_ID:
+            construct = render_corpus.constructs()[case_id]
+            return {"template": construct["template"], "context": construct["context"]}
+        case = render_corpus.render_cases()[case_id]
+        return {
+            "messages": case.messages,
+            "add_generation_prompt": case.add_generation_prompt,
+            "kwargs": case.kwargs,
+        }
+    case = snapshots.load(model_for(record.model), stage.split("/")[0])[case_id]
+    if stage == "split":
+        return {"text": case["text"]}
+    if stage == "encode":
+        return {"text": case["text"], "parse_special": case["parse_special"]}
+    return {"ids": list(case["ids"])}
+
+
+def model_for(model_id: str) -> Any:
+    from specgate import models, render_corpus
+
+    if model_id == render_corpus.CONSTRUCTS_MODEL_ID:
+        return render_corpus.constructs_model()
+    return models.model_ref(model_id)
+
+
+def size(inp: dict[str, Any]) -> int:
+    """How big an input is, in the units it is shrunk by."""
+    if "text" in inp:
+        return len(inp["text"])
+    if "ids" in inp:
+        return len(inp["ids"])
+    if "template" in inp:
+        return len(inp["template"])
+    return len(inp["messages"]) + sum(
+        len(m.get("content") or "") for m in inp["messages"] if _text_content(m)
+    )
+
+
+def _text_content(message: Any) -> bool:
+    return isinstance(message, dict) and isinstance(message.get("content"), str)
+
+
+def shrink(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The smallest variant of ``inp`` found by ``ddmin`` for which ``diverges`` holds."""
+    if "text" in inp:
+        chars = ddmin(list(inp["text"]), lambda c: diverges({**inp, "text": "".join(c)}))
+        return {**inp, "text": "".join(chars)}
+    if "ids" in inp:
+        return {**inp, "ids": ddmin(inp["ids"], lambda ids: diverges({**inp, "ids": ids}))}
+    if "template" in inp:
+        chars = ddmin(list(inp["template"]), lambda c: diverges({**inp, "template": "".join(c)}))
+        return {**inp, "template": "".join(chars)}
+    messages = ddmin(inp["messages"], lambda ms: diverges({**inp, "messages": ms}))
+    for i in range(len(messages)):  # then the characters of each message's content
+        if _text_content(messages[i]) and messages[i]["content"]:
+            messages = _shrink_content(inp, messages, i, diverges)
+    return {**inp, "messages": messages}
+
+
+def _shrink_content(
+    inp: dict[str, Any], messages: list[Any], i: int, diverges: Callable[[dict[str, Any]], bool]
+) -> list[Any]:
+    """``messages`` with message ``i``'s content shrunk by characters."""
+
+    def with_content(chars: list[str]) -> dict[str, Any]:
+        edited = [*messages[:i], {**messages[i], "content": "".join(chars)}, *messages[i + 1 :]]
+        return {**inp, "messages": edited}
+
+    best = ddmin(list(messages[i]["content"]), lambda c: diverges(with_content(c)))
+    return with_content(best)["messages"]
+
+
+# ---------------------------------------------------------------------------
+# shrinking a run's groups
+
+
+@dataclass
+class Shrinker:
+    """Shrinks each group's first replayable case against one engine, within budgets."""
+
+    engine: Any
+    oracle: Any
+    group_budget: float = DEFAULT_GROUP_BUDGET
+    total_budget: float = DEFAULT_TOTAL_BUDGET
+    clock: Callable[[], float] = time.monotonic
+    spent: float = 0.0
+    _models: dict[str, Any] = field(default_factory=dict)
+
+    def model(self, model_id: str) -> Any:
+        if model_id not in self._models:
+            self._models[model_id] = model_for(model_id)
+        return self._models[model_id]
+
+    def reproduce(self, group: Group) -> dict[str, Any] | None:
+        """The group's reproducer (a JSON-able dict), or None with ``group.shrink_note`` saying why."""
+        if group.records[0].outcome not in SHRUNK_OUTCOMES:
+            group.shrink_note = f"{group.records[0].outcome} is not a divergence of the engine: not shrunk"
+            return None
+        remaining = self.total_budget - self.spent
+        if remaining <= 0:
+            group.shrink_note = f"the run's shrinking budget ({self.total_budget:g} s) is spent"
+            return None
+        for record in group.records:
+            inp = case_input(record)
+            if inp is not None:
+                break
+        else:
+            group.shrink_note = f"stage {group.records[0].stage} cannot be replayed on a new input yet"
+            return None
+        start = self.clock()
+        try:
+            return self._shrink(group, record, inp, start + min(self.group_budget, remaining))
+        finally:
+            self.spent += self.clock() - start
+
+    def _shrink(
+        self, group: Group, record: Any, inp: dict[str, Any], deadline: float
+    ) -> dict[str, Any] | None:
+        model = self.model(record.model)
+        stage, checks = record.stage, [0]
+        seen: dict[str, bool] = {}
+
+        def diverges(candidate: dict[str, Any]) -> bool:
+            key = json.dumps(candidate, sort_keys=True, ensure_ascii=False)
+            if key not in seen:
+                if self.clock() > deadline:
+                    raise OutOfTime
+                checks[0] += 1
+                verdict = recheck(stage, self.engine, self.oracle, model, candidate)
+                seen[key] = verdict.outcome == record.outcome and (
+                    signature(stage, verdict.outcome, verdict.message) == group.signature
+                )
+            return seen[key]
+
+        start = self.clock()
+        try:
+            original_diverges = diverges(inp)
+        except OutOfTime:
+            original_diverges = False
+        if not original_diverges:
+            verdict = recheck(stage, self.engine, self.oracle, model, inp)
+            group.shrink_note = (
+                f"the original case does not diverge from the oracle with the group's signature "
+                f"(against the oracle: {verdict.outcome}: {kind(verdict.message) or 'no message'}): not shrunk"
+            )
+            return None
+        small = shrink(inp, diverges)
+        seconds = self.clock() - start
+        final = recheck(stage, self.engine, self.oracle, model, small)
+        return {
+            "group": group.id,
+            "signature": group.signature,
+            "stage": stage,
+            "model": record.model,
+            "original_case": record.nodeid,
+            "reference": "oracle",
+            "note": REFERENCE_NOTE,
+            "input": small,
+            "outcome": final.outcome,
+            "divergence": final.message,
+            "engine_answer": final.engine_answer,
+            "oracle_answer": final.oracle_answer,
+            "original_input": inp,
+            "shrinking": {
+                "from_size": size(inp),
+                "to_size": size(small),
+                "checks": checks[0],
+                "seconds": round(seconds, 3),
+                "budget_ran_out": self.clock() > deadline,
+            },
+        }
+
+
+def shrink_groups(
+    groups: list[Group],
+    impl: str,
+    repro_dir: Path,
+    group_budget: float = DEFAULT_GROUP_BUDGET,
+    total_budget: float = DEFAULT_TOTAL_BUDGET,
+) -> None:
+    """A reproducer for each group that has a divergence to shrink, written to
+    ``repro_dir/<group id>.json`` (the group records its path). A fresh engine of
+    ``impl`` is started for it and closed after: the run's own engine has been shut
+    down with the session's fixtures by then."""
+    if total_budget <= 0:
+        for g in groups:
+            g.shrink_note = "shrinking disabled (--shrink-budget 0)"
+        return
+    if not any(g.records[0].outcome in SHRUNK_OUTCOMES for g in groups):
+        return
+    from impl.oracle import OracleEngine
+    from impl.registry import resolve
+
+    engine = resolve(impl)
+    try:
+        shrinker = Shrinker(engine, OracleEngine(), group_budget, total_budget)
+        for group in groups:
+            try:
+                group.reproducer = shrinker.reproduce(group)
+            except Exception as exc:  # a reproducer is a courtesy: the run's verdict stands without it
+                group.shrink_note = (
+                    f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                )
+            if group.reproducer is not None:
+                repro_dir.mkdir(parents=True, exist_ok=True)
+                path = repro_dir / f"{group.id}.json"
+                body = {"impl": impl, **group.reproducer}
+                path.write_text(
+                    json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+                )
+                group.reproducer_path = str(path)
+    finally:
+        engine.close()
+
+
+# ---------------------------------------------------------------------------
+# replaying a reproducer (``specgate repro``)
+
+
+class ReproError(Exception):
+    """A reproducer file that cannot be replayed (one line for the user)."""
+
+
+def load_reproducer(path: str | Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ReproError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ReproError(f"{path} is not JSON: {exc}") from None
+    missing = [
+        k for k in ("stage", "model", "input", "signature") if not isinstance(data, dict) or k not in data
+    ]
+    if missing:
+        raise ReproError(f"{path} is not a specgate reproducer: no {', '.join(missing)}")
+    if data["stage"] not in REPLAYABLE:
+        raise ReproError(
+            f"{path}: stage {data['stage']!r} cannot be replayed (replayable: {', '.join(REPLAYABLE)})"
+        )
+    return data
+
+
+def replay(data: dict[str, Any], engine: Any) -> tuple[Verdict, bool]:
+    """The reproducer's input re-checked on ``engine`` against the oracle: the verdict
+    and whether it still diverges with the reproducer's signature."""
+    from impl.oracle import OracleEngine
+
+    verdict = recheck(data["stage"], engine, OracleEngine(), model_for(data["model"]), data["input"])
+    same = signature(data["stage"], verdict.outcome, verdict.message) == data["signature"]
+    return verdict, same
