@@ -16,7 +16,8 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
 
     # In vocab-only mode llama.cpp does not load hyper-parameters (asking for them
     # aborts the process), so they are read from a full load where weights exist.
-    llm = engine.llama(model, vocab_only=not has_weights(model))
+    weights = has_weights(model)
+    llm = engine.llama(model, vocab_only=not weights)
     m = llm.model
     vocab = C.llama_model_get_vocab(m)
 
@@ -33,7 +34,7 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
         )
 
     hparams = {"n_vocab": C.llama_vocab_n_tokens(vocab)}
-    if has_weights:
+    if weights:
         hparams |= {
             "n_layer": C.llama_model_n_layer(m),
             "n_embd": C.llama_model_n_embd(m),
