@@ -36,7 +36,7 @@ def model(model_id):
     tests once per selected model."""
     ref = get_model(model_id)
     if model_id not in render_corpus.TEMPLATE_MODELS and not has_chat_template(ref):
-        pytest.skip(f"{model_id} is not one of the template models and carries no chat template of its own")
+        pytest.skip(f"{model_id} is neither a template model nor a user's GGUF carrying a chat template")
     return ref
 
 
