@@ -180,6 +180,7 @@ def test_model_update_refuses_the_stale_snapshot(
     changed_model(user_gguf, recorded_metadata, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.live
 def test_model_update_regenerated_and_diffed(
     request, user_gguf: Path, recorded_metadata: Path, tmp_path: Path
@@ -215,6 +216,7 @@ def test_model_update_regenerated_and_diffed(
         assert needed in text, f"the snapshot-diff report does not name {needed!r}:\n{text}"
 
 
+@pytest.mark.slow
 @pytest.mark.live
 def test_vocab_only_gguf_records_no_forward_stages(request, tmp_path: Path) -> None:
     """A GGUF without tensors gets the stages its vocabulary supports, none that need weights."""
