@@ -120,15 +120,23 @@ def parity(session: nox.Session) -> None:
     session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--parity-junit", *args)
 
 
-def model_args(posargs: list[str]) -> list[str]:
-    """The ``--model`` / ``--models`` selection among pytest arguments, to pass on."""
+def model_args(
+    posargs: list[str], options: tuple[str, ...] = ("--model", "--models", "--snapshot-dir")
+) -> list[str]:
+    """The ``--model`` / ``--models`` selection (and ``--snapshot-dir``) among pytest arguments, to pass on."""
     out = []
     for i, arg in enumerate(posargs):
-        if arg in ("--model", "--models") and i + 1 < len(posargs):
+        if arg in options and i + 1 < len(posargs):
             out += [arg, posargs[i + 1]]
-        elif arg.startswith(("--model=", "--models=")):
+        elif arg.startswith(tuple(f"{o}=" for o in options)):
             out.append(arg)
     return out
+
+
+def snapshot_dir(posargs: list[str]) -> str:
+    """Where the snapshots go: ``--snapshot-dir DIR`` (a user's own GGUF), else ``snapshots``."""
+    chosen = model_args(posargs, ("--snapshot-dir",))
+    return chosen[-1].split("=", 1)[-1] if chosen else "snapshots"
 
 
 @nox.session
@@ -137,9 +145,13 @@ def snapshots(session: nox.Session) -> None:
     re-check the oracle against them, and write ``reports/snapshot-diff.md``."""
     install(session, "references")
     fetch_models(session, tiny=True)
+    root = snapshot_dir(list(session.posargs))
     before = Path(session.create_tmp()) / "snapshots-before"
     shutil.rmtree(before, ignore_errors=True)
-    shutil.copytree("snapshots", before)
+    if Path(root).is_dir():
+        shutil.copytree(root, before)
+    else:  # a new --snapshot-dir: everything in it is added
+        before.mkdir(parents=True)
     session.run(
         "pytest",
         "tests/references",
@@ -163,9 +175,7 @@ def snapshots(session: nox.Session) -> None:
         *model_args(list(session.posargs)),
         success_codes=[0, 1],
     )
-    session.run(
-        "python", "-m", "specgate.snapshot_diff", str(before), "snapshots", "--gates-junit", str(junit)
-    )
+    session.run("python", "-m", "specgate.snapshot_diff", str(before), root, "--gates-junit", str(junit))
 
 
 @nox.session

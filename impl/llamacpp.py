@@ -11,7 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from impl.protocol import Engine, ModelRef
+from impl.protocol import Engine, ModelRef, has_weights
 
 N_THREADS = int(os.environ.get("SPECGATE_LLAMA_THREADS", "2"))
 
@@ -36,7 +36,7 @@ class LlamaCppEngine(Engine):
     def llama(self, model: ModelRef, vocab_only: bool) -> Any:
         """A session-shared ``llama_cpp.Llama`` for ``model``; vocab-only models
         (no tensors) can only be opened vocab-only."""
-        vocab_only = vocab_only or (model.role != "full-weights" and not model.id.startswith("tiny-"))
+        vocab_only = vocab_only or not has_weights(model)
         key = (str(model.gguf), vocab_only)
         if key not in self._models:
             import llama_cpp

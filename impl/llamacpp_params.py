@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from impl.protocol import ModelRef
+from impl.protocol import ModelRef, has_weights
 
 
 def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
@@ -16,8 +16,8 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
 
     # In vocab-only mode llama.cpp does not load hyper-parameters (asking for them
     # aborts the process), so they are read from a full load where weights exist.
-    has_weights = model.role == "full-weights" or model.id.startswith("tiny-")
-    llm = engine.llama(model, vocab_only=not has_weights)
+    weights = has_weights(model)
+    llm = engine.llama(model, vocab_only=not weights)
     m = llm.model
     vocab = C.llama_model_get_vocab(m)
 
@@ -34,7 +34,7 @@ def metadata_from_llamacpp(engine: Any, model: ModelRef) -> dict[str, Any]:
         )
 
     hparams = {"n_vocab": C.llama_vocab_n_tokens(vocab)}
-    if has_weights:
+    if weights:
         hparams |= {
             "n_layer": C.llama_model_n_layer(m),
             "n_embd": C.llama_model_n_embd(m),

@@ -51,6 +51,15 @@ class ModelRef:
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
+def has_weights(model: ModelRef) -> bool:
+    """Whether ``model``'s GGUF holds weights (a forward pass can run on it): a
+    full-weights or tiny model, or a user's GGUF whose file holds tensors
+    (``extra["weights"]``, read from the file's header when its ref was made)."""
+    if model.role == "user":
+        return bool(model.extra.get("weights"))
+    return model.role == "full-weights" or model.id.startswith("tiny-")
+
+
 class EngineError(Exception):
     """The engine crashed, hung, or answered malformed data: outcome ``error``."""
 

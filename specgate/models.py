@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from impl import protocol
 from impl.protocol import ModelRef
 
 if sys.version_info >= (3, 11):
@@ -261,10 +262,42 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
     if path.suffix == ".gguf" or path.exists():
         if not path.is_file():
             raise ModelError(f"--model {spec!r}: no such GGUF file")
-        return ModelRef(id=path.stem, gguf=path, sha256=_file_sha256_cached(path), role="user")
+        digest = _file_sha256_cached(path)
+        return ModelRef(id=path.stem, gguf=path, sha256=digest, role="user", extra=gguf_holds(path))
     raise ModelError(
         f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf"
     )
+
+
+def is_known_id(model_id: str) -> bool:
+    """Whether ``model_id`` names a manifest model or a tiny one (cached or not)."""
+    from specgate import tiny
+
+    return model_id in load_manifest() or tiny.parse_id(model_id) is not None
+
+
+def has_weights(model: ModelRef) -> bool:
+    """Whether ``model`` has weights to run (logits, sample and generate can be recorded
+    and gated): by its role, or for a user's GGUF by whether the file holds tensors."""
+    return protocol.has_weights(model)
+
+
+def has_chat_template(model: ModelRef) -> bool:
+    """Whether a user's GGUF carries ``tokenizer.chat_template`` (render and template stages)."""
+    return model.role == "user" and bool(model.extra.get("chat_template"))
+
+
+def gguf_holds(path: Path) -> dict[str, bool]:
+    """What a user's GGUF holds, read from its header: ``weights`` (tensors) and
+    ``chat_template``. Empty for a file that is not a readable GGUF (``--model``'s
+    usage check reports that one)."""
+    from oracle.gguf import GGUFError, open_gguf
+
+    try:
+        gguf = open_gguf(path, header_only=True)
+    except GGUFError:
+        return {}
+    return {"weights": bool(gguf.tensors), "chat_template": "tokenizer.chat_template" in gguf.metadata}
 
 
 def _tiny_ref(spec: str) -> ModelRef | None:

@@ -80,6 +80,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--shrink-group-budget", type=float, default=20.0, help="seconds of shrinking per group (default 20)"
     )
+    add_snapshot_dir_option(group)
+
+
+def add_snapshot_dir_option(group: Any) -> None:
+    """``--snapshot-dir DIR``: the snapshots of this run live in DIR instead of the
+    repository's ``snapshots/`` — how a user's own GGUF is recorded (``nox -s snapshots
+    -- --model PATH --snapshot-dir DIR``) and gated (``nox -s parity`` with the same two)."""
+    group.addoption(
+        "--snapshot-dir",
+        default=None,
+        help="read (and, under --snapshot-update, write) the reference snapshots in this directory "
+        "instead of the repository's snapshots/ (for your own GGUF)",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -145,17 +158,21 @@ class SpecgateSession:
     answers: AnswerCache = field(default_factory=AnswerCache)
     verdict: list[str] = field(default_factory=list)  # why the run fails beyond per-case failures
     groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
+    snapshot_root: Any = None  # the run's snapshot directory (``snapshots.root_of``), set at configure
 
 
 SESSION = pytest.StashKey[SpecgateSession]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    from specgate import snapshots
+
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
     config.stash[SESSION] = SpecgateSession(
         impl=config.getoption("--impl"),
         strict=strict_mode(config),
         live_references=bool(config.getoption("--live-references")),
+        snapshot_root=snapshots.root_of(config),
     )
     _session_ref[0] = config.stash[SESSION]
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
@@ -238,15 +255,18 @@ def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not gate_items or not config.getoption("--model"):
         return
     covered = {str(i.callspec.params.get("model_id")) for i in gate_items if hasattr(i, "callspec")}
+    root = config.stash[SESSION].snapshot_root
     for spec in config.getoption("--model"):
         ref = get_model(spec)
         if ref.id in covered or spec in covered:
             continue
-        stages = snapshots.stages_of(ref.id)
+        stages = snapshots.stages_of(ref.id, root)
         if not stages:
+            record = f"nox -s snapshots -- --model {spec} --snapshot-dir DIR"
             raise pytest.UsageError(
-                f"--model {spec!r}: no reference snapshots for {ref.id!r} under snapshots/, so nothing "
-                f"can be gated; snapshots are recorded from the live references by `nox -s snapshots`"
+                f"--model {spec!r}: no reference snapshots for {ref.id!r} under {root}, so nothing can be "
+                f"gated; record them from the live references with `{record}`, then gate with "
+                f"`nox -s parity -- --model {spec} --snapshot-dir DIR`"
             )
         raise pytest.UsageError(
             f"--model {spec!r}: no selected gate case covers it (its snapshots: {', '.join(stages)}; "
@@ -269,8 +289,22 @@ def model_missing(reason: str) -> None:
 
 
 def selected_models(config: pytest.Config) -> list[str]:
+    """The model ids of the run: a user's GGUF path (``--model PATH``) appears as its
+    ``ModelRef`` id (the file stem), the id its snapshots are kept under."""
     chosen = list(config.getoption("--model"))  # includes --models (see pytest_configure)
-    return chosen if chosen else [*model_cache.cached_models(), *model_cache.cached_tiny_models()]
+    if not chosen:
+        return [*model_cache.cached_models(), *model_cache.cached_tiny_models()]
+    return [user_model_id(spec) for spec in chosen]
+
+
+def user_model_id(spec: str) -> str:
+    """``spec`` itself, or the id of the user GGUF it is a path to (an unusable spec is
+    left as it is: ``check_usage`` has reported it, or the ``model`` fixture will)."""
+    try:
+        ref = get_model(spec)
+    except model_cache.ModelError:
+        return spec
+    return ref.id if ref.role == "user" else spec
 
 
 def selected_stages(config: pytest.Config) -> set[str] | None:
@@ -318,10 +352,30 @@ _refs: dict[str, ModelRef] = {}
 
 
 def get_model(spec: str) -> ModelRef:
-    """A cached ``ModelRef`` per --model spec (hashing a user GGUF happens once)."""
+    """A cached ``ModelRef`` per --model spec (hashing a user GGUF happens once). A user
+    GGUF is then also found by its id, which the gates are parametrized with."""
     if spec not in _refs:
-        _refs[spec] = model_cache.model_ref(spec)
+        ref = model_cache.model_ref(spec)
+        if ref.role == "user":
+            register_user_model(spec, ref)
+        _refs[spec] = ref
     return _refs[spec]
+
+
+def register_user_model(spec: str, ref: ModelRef) -> None:
+    """Make ``ref.id`` (the GGUF's file stem) name the user's GGUF for the rest of the
+    run; an id that already names another model would make the snapshots ambiguous."""
+    taken = _refs.get(ref.id)
+    if taken is not None and taken.gguf != ref.gguf:
+        raise model_cache.ModelError(
+            f"its id {ref.id!r} (the file name without .gguf) already names {taken.gguf}; rename one of the files"
+        )
+    if taken is None and model_cache.is_known_id(ref.id):
+        raise model_cache.ModelError(
+            f"its id {ref.id!r} (the file name without .gguf) is also a manifest or tiny model id, "
+            "whose snapshots would be taken for its own; rename the file"
+        )
+    _refs[ref.id] = ref
 
 
 @pytest.fixture(scope="session")
@@ -547,10 +601,11 @@ def gate_params(config: pytest.Config, stage: str) -> list[Any]:
     from specgate import snapshots
 
     params = []
+    root = config.stash[SESSION].snapshot_root
     for model_id in selected_models(config):
-        if model_id not in snapshots.available(stage):
+        if model_id not in snapshots.available(stage, root):
             continue
-        path = snapshots.path_for(model_id, stage)
+        path = snapshots.path_for(model_id, stage, root)
         for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
             params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params
@@ -565,9 +620,13 @@ def snapshot_cases(model: ModelRef, stage: str) -> dict[str, Any]:
     from specgate import snapshots
 
     key = (model.id, stage)
+    session = _session_ref[0]
+    root = session.snapshot_root if session is not None else snapshots.SNAPSHOT_ROOT
+    if model.role == "corpus":  # the construct templates' pseudo model: always the repository's
+        root = snapshots.SNAPSHOT_ROOT
     if key not in _snapshot_memo:
         try:
-            _snapshot_memo[key] = snapshots.load(model, stage)
+            _snapshot_memo[key] = snapshots.load(model, stage, root)
         except snapshots.SnapshotError as exc:
             pytest.fail(str(exc), pytrace=False)
     return _snapshot_memo[key]

@@ -1,10 +1,12 @@
 """Reference snapshots: what the references said, with where it came from.
 
-One JSON file per (model, stage): ``snapshots/<model>/<stage>.json`` =
+One JSON file per (model, stage): ``<root>/<model>/<stage>.json`` =
 ``{"provenance": {...}, "cases": {case_id: reference output}}``. They are written
 by syrupy from the reference-recording tests (``tests/references``, run by
 ``nox -s snapshots``) and read here by the gates, which need neither torch nor
-llama.cpp installed.
+llama.cpp installed. ``<root>`` is the repository's ``snapshots/``, or the directory a
+run names with ``--snapshot-dir`` (a user's own GGUF: its snapshots live outside the
+repository); the root is passed to every function here, never kept in a global.
 
 Provenance: model id and sha256, the reference adapters and their installed
 package versions, the reference lock (``constraints/references.txt``: its name and
@@ -35,8 +37,21 @@ class SnapshotError(Exception):
     """A snapshot is missing, malformed, or recorded from a different model file."""
 
 
-def path_for(model_id: str, stage: str) -> Path:
-    return SNAPSHOT_ROOT / model_id / f"{stage}.json"
+def root_of(config: Any) -> Path:
+    """The snapshot root of a pytest run: its ``--snapshot-dir``, else the repository's."""
+    chosen = getattr(config.option, "snapshot_dir", None)
+    return Path(chosen).expanduser().resolve() if chosen else SNAPSHOT_ROOT
+
+
+def regenerate_command(model: ModelRef, root: Path = SNAPSHOT_ROOT) -> str:
+    """The command that records ``model``'s snapshots under ``root``."""
+    if root == SNAPSHOT_ROOT:
+        return REGENERATE
+    return f"{REGENERATE} -- --model {model.gguf} --snapshot-dir {root}"
+
+
+def path_for(model_id: str, stage: str, root: Path = SNAPSHOT_ROOT) -> Path:
+    return root / model_id / f"{stage}.json"
 
 
 def package_versions(*names: str) -> dict[str, str]:
@@ -65,19 +80,20 @@ def provenance(model: ModelRef, references: dict[str, str], packages: tuple[str,
     }
 
 
-def available(stage: str) -> list[str]:
-    """Model ids that have a snapshot for ``stage``."""
-    if not SNAPSHOT_ROOT.exists():
+def available(stage: str, root: Path = SNAPSHOT_ROOT) -> list[str]:
+    """Model ids that have a snapshot for ``stage`` under ``root``."""
+    if not root.exists():
         return []
-    return sorted(p.parent.name for p in SNAPSHOT_ROOT.glob(f"*/{stage}.json"))
+    return sorted(p.parent.name for p in root.glob(f"*/{stage}.json"))
 
 
-def load(model: ModelRef, stage: str) -> dict[str, Any]:
-    """The snapshot's cases for ``model``/``stage``, after checking its provenance."""
-    path = path_for(model.id, stage)
+def load(model: ModelRef, stage: str, root: Path = SNAPSHOT_ROOT) -> dict[str, Any]:
+    """The snapshot's cases for ``model``/``stage`` under ``root``, after checking its provenance."""
+    path = path_for(model.id, stage, root)
+    regenerate = regenerate_command(model, root)
     if not path.exists():
         raise SnapshotError(
-            f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {REGENERATE}"
+            f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {regenerate}"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -85,9 +101,10 @@ def load(model: ModelRef, stage: str) -> dict[str, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise SnapshotError(f"malformed snapshot {path}: {exc}") from exc
     if prov.get("model_sha256") != model.sha256:
+        which = f"the file {model.gguf}" if model.role == "user" else f"the cached {model.id!r}"
         raise SnapshotError(
-            f"STALE SNAPSHOT {path}: recorded from model sha256 {prov.get('model_sha256')} but the cached "
-            f"{model.id!r} is {model.sha256}. The model changed; regenerate the references with: {REGENERATE}"
+            f"STALE SNAPSHOT {path}: recorded from model sha256 {prov.get('model_sha256')} but {which} "
+            f"is {model.sha256}. The model changed; regenerate the references with: {regenerate}"
         )
     return cases
 
@@ -96,11 +113,11 @@ def load(model: ModelRef, stage: str) -> dict[str, Any]:
 # writing (reference-recording tests only)
 
 
-def _extension_for(model_id: str, stage: str) -> type:
-    """A syrupy JSON extension that stores exactly at ``snapshots/<model>/<stage>.json``."""
+def _extension_for(model_id: str, stage: str, root: Path) -> type:
+    """A syrupy JSON extension that stores exactly at ``<root>/<model>/<stage>.json``."""
     from syrupy.extensions.json import JSONSnapshotExtension
 
-    target = path_for(model_id, stage)
+    target = path_for(model_id, stage, root)
 
     class StageSnapshot(JSONSnapshotExtension):
         @classmethod
@@ -199,11 +216,12 @@ def record(
             f"refusing to write a snapshot from {getattr(reference, 'name', reference)!r}: "
             "only reference adapters may record snapshots"
         )
+    root = root_of(request.config)
     if recording(request):
         data = {"provenance": provenance(model, references, packages), "cases": cases}
-        assert data == snapshot.use_extension(_extension_for(model.id, stage))
+        assert data == snapshot.use_extension(_extension_for(model.id, stage, root))
         return
-    stored = load(model, stage)
+    stored = load(model, stage, root)
     missing = sorted(set(stored) ^ set(cases))
     changed = {k: why for k in cases if k in stored and (why := drift(k, stored[k], cases[k]))}
     if missing or changed:
@@ -214,11 +232,11 @@ def record(
     first = next(iter(changed), None)
     assert not changed, (
         f"{model.id}/{stage}: the live reference no longer matches the snapshot for {len(changed)} cases, "
-        f"first {first!r}:\n  {changed.get(first)}\nregenerate with: {REGENERATE}"
+        f"first {first!r}:\n  {changed.get(first)}\nregenerate with: {regenerate_command(model, root)}"
     )
 
 
-def stages_of(model_id: str) -> list[str]:
-    """The stages that have a snapshot for ``model_id``."""
-    folder = SNAPSHOT_ROOT / model_id
+def stages_of(model_id: str, root: Path = SNAPSHOT_ROOT) -> list[str]:
+    """The stages that have a snapshot for ``model_id`` under ``root``."""
+    folder = root / model_id
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []

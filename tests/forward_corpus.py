@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specgate import models as model_cache
-from specgate.plugin import selected_models
+from specgate.plugin import get_model, selected_models
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus" / "prompts" / "prompts.jsonl"
 
@@ -43,7 +43,17 @@ def prompts_for(model_id: str) -> dict[str, dict[str, object]]:
 
 
 def forward_models(config: pytest.Config) -> list[str]:
-    """Models with weights: the --model selection, else every cached one plus the tiny ones."""
-    chosen = selected_models(config)
+    """Models with weights: the --model selection (a user's GGUF when it holds tensors),
+    else every cached one plus the tiny ones."""
     manifest = model_cache.load_manifest()
-    return [m for m in chosen if m not in manifest or manifest[m].role == "full-weights"]
+    return [m for m in selected_models(config) if has_weights(m, manifest)]
+
+
+def has_weights(model_id: str, manifest: dict[str, model_cache.ModelEntry]) -> bool:
+    """A manifest model by its role; a tiny model always; a user's GGUF when its file holds tensors."""
+    if model_id in manifest:
+        return manifest[model_id].role == "full-weights"
+    try:
+        return model_cache.has_weights(get_model(model_id))
+    except model_cache.ModelError:
+        return True  # kept: its test reports why it cannot run (model_missing)

@@ -5,6 +5,7 @@ empty run that exits 0. Each case runs the gate suite as ``nox -s parity`` does.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,7 +35,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     text.write_text("not a model\n")
     own = folder / "my-model.gguf"
     own.write_bytes(model_cache.model_ref(VOCAB).gguf.read_bytes())  # readable, but no snapshots
-    return {"text": text, "own": own}
+    (folder / "elsewhere").mkdir()
+    shadow = folder / "elsewhere" / f"{VOCAB}.gguf"  # a user's file named like a manifest model
+    shutil.copyfile(own, shadow)
+    return {"text": text, "own": own, "shadow": shadow}
 
 
 CASES = {
@@ -76,13 +80,18 @@ def test_usage_error_is_one_line(name: str, files: dict[str, Path]) -> None:
     [
         ("text", "not a readable GGUF file"),
         ("own", "no reference snapshots for 'my-model'"),
+        (
+            "own",
+            "record them from the live references with `nox -s snapshots -- --model {path} --snapshot-dir DIR`",
+        ),
+        ("shadow", f"its id {VOCAB!r} (the file name without .gguf) is also a manifest or tiny model id"),
     ],
 )
 def test_a_model_file_that_cannot_be_gated_is_one_line(which: str, says: str, files: dict[str, Path]) -> None:
     proc = run("--model", str(files[which]))
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:")]
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert len(errors) == 1 and says in errors[0], errors
+    assert len(errors) == 1 and says.format(path=files[which]) in errors[0], errors
 
 
 def test_a_corrupt_cached_model_is_one_line_not_a_failing_engine(

@@ -14,7 +14,7 @@ import pytest
 from specgate import snapshots
 from specgate.checks import logits as checks
 from specgate.gate import call, fail_if
-from specgate.plugin import CONFORMANCE_CLASSES, claims, snapshot_cases
+from specgate.plugin import CONFORMANCE_CLASSES, SESSION, claims, snapshot_cases
 from tests.forward_corpus import forward_models
 
 pytestmark = pytest.mark.gate("logits")
@@ -23,10 +23,12 @@ pytestmark = pytest.mark.gate("logits")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if {"model_id", "case_id"} <= set(metafunc.fixturenames):
         params = []
-        have = set(snapshots.available("logits"))
+        root = metafunc.config.stash[SESSION].snapshot_root
+        have = set(snapshots.available("logits", root))
         for model_id in forward_models(metafunc.config):
             if model_id in have:
-                for case_id in json.loads(snapshots.path_for(model_id, "logits").read_text("utf-8"))["cases"]:
+                path = snapshots.path_for(model_id, "logits", root)
+                for case_id in json.loads(path.read_text("utf-8"))["cases"]:
                     params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
         metafunc.parametrize(("model_id", "case_id"), params)
         # The class varies fastest: both classes of a prompt run back to back on one forward.

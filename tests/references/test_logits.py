@@ -44,7 +44,11 @@ def test_record_logits(request, snapshot, reference, forward_model_id):
     hf, llama = reference("hf"), reference("llamacpp")
     vocab = llama.llama(model, vocab_only=True)
     limit = POSITIONS["tiny" if is_tiny(model.id) else "real"]
-    stored = None if snapshots.recording(request) else snapshots.load(model, "logits")
+    stored = (
+        None
+        if snapshots.recording(request)
+        else snapshots.load(model, "logits", snapshots.root_of(request.config))
+    )
     cases: dict[str, Any] = {}
     drifts: dict[str, str | None] = {}
     for prompt_id, prompt in prompts_for(model.id).items():

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from specgate import snapshots
+from specgate.models import has_weights
 
 pytestmark = pytest.mark.live
 
@@ -40,7 +41,7 @@ def test_record_metadata(request, snapshot, reference, model_id, model):
         pytest.skip(f"{model_id}: same hyper-parameters as its family's f32 model, which is recorded")
     hf, llama = reference("hf"), reference("llamacpp")
     sources = {"llamacpp": flatten(llama.metadata(model))}
-    if model.extra.get("hparams", model.role in ("full-weights", "tiny")):
+    if model.extra.get("hparams", has_weights(model)):
         sources["transformers"] = flatten(hf.metadata(model))
     snapshots.record(
         request,

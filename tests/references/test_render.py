@@ -21,22 +21,23 @@ import pytest
 
 from impl.protocol import Unsupported
 from specgate import render_corpus, snapshots
-from specgate.plugin import get_model, selected_models
+from specgate.models import has_chat_template
+from specgate.plugin import get_model
 
 pytestmark = pytest.mark.live
 
 HF_WHAT = "transformers apply_chat_template(tokenize=False) with the model's own template"
 
 
-template_models = pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
-
-
 @pytest.fixture
-def model(request, model_id):
-    """The model, when selected (``--model``) and cached."""
-    if model_id not in selected_models(request.config):
-        pytest.skip(f"{model_id} not selected")
-    return get_model(model_id)
+def model(model_id):
+    """The model, when it ships a chat template: a template model, or a user's own GGUF
+    (``--model PATH``) that carries ``tokenizer.chat_template``. The plugin runs these
+    tests once per selected model."""
+    ref = get_model(model_id)
+    if model_id not in render_corpus.TEMPLATE_MODELS and not has_chat_template(ref):
+        pytest.skip(f"{model_id} is neither a template model nor a user's GGUF carrying a chat template")
+    return ref
 
 
 def _sha256(text: str) -> str:
@@ -57,7 +58,6 @@ def reference_renders(hf, model) -> dict:
     return cases
 
 
-@template_models
 def test_record_render(request, snapshot, reference, model, model_id):
     hf = reference("hf")
     cases = reference_renders(hf, model)
@@ -74,7 +74,6 @@ def test_record_render(request, snapshot, reference, model, model_id):
     )
 
 
-@template_models
 def test_record_template_identity(request, snapshot, reference, model, model_id):
     from impl import llamacpp_render
 
@@ -111,6 +110,8 @@ def test_record_template_identity(request, snapshot, reference, model, model_id)
 def test_record_constructs(request, snapshot, reference):
     from impl.hf_render import template_error
 
+    if snapshots.root_of(request.config) != snapshots.SNAPSHOT_ROOT:
+        pytest.skip("the construct templates belong to the repository's snapshots, not a --snapshot-dir")
     hf = reference("hf")
     cases = {}
     for case_id, construct in render_corpus.constructs().items():

@@ -19,6 +19,7 @@ import pytest
 from specgate import snapshots
 from specgate.checks import sample as sampling
 from specgate.checks.logits import QUANTIZED_TIE_MARGIN
+from specgate.models import has_weights
 
 try:
     import tomllib
@@ -145,18 +146,21 @@ def window_drift(name: str, stored: dict[str, Any] | None, live: np.ndarray) -> 
 
 
 def test_record_sample(request, snapshot, reference, model_id, model):
-    if model.id not in WINDOWS["models"]:
+    if model.id not in WINDOWS["models"] and model.role != "user":
         pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(WINDOWS['models'])})")
-    if model.role in ("vocab-only", "tokenizer-files"):
+    if not has_weights(model):
         pytest.skip(f"{model_id} has no weights: no logits to sample from")
     llama = reference("llamacpp")
     if snapshots.recording(request):
         inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}
     else:
-        inputs = stored_windows(snapshots.load(model, "sample"))
+        root = snapshots.root_of(request.config)
+        inputs = stored_windows(snapshots.load(model, "sample", root))
         live = model_windows(llama, model)
         drifted = [why for name, x in live.items() if (why := window_drift(name, inputs.get(name), x))]
-        assert not drifted, f"{model.id}/sample: {drifted[0]}\nregenerate with: {snapshots.REGENERATE}"
+        assert not drifted, (
+            f"{model.id}/sample: {drifted[0]}\nregenerate with: {snapshots.regenerate_command(model, root)}"
+        )
     specs = {k: v for name, logits in inputs.items() for k, v in grid_cases(name, logits).items()}
     specs.update(crafted_cases())
     cases = {case_id: reference_case(*spec) for case_id, spec in specs.items()}

@@ -28,6 +28,7 @@ from impl.references import RegexSplitter
 from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
 from specgate.gate import first_difference, first_divergence
+from specgate.plugin import get_model
 from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
 
 pytestmark = pytest.mark.live
@@ -36,7 +37,8 @@ PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end 
 
 @pytest.fixture(autouse=True)
 def _vocabulary_models_only(model_id: str) -> None:
-    if model_id not in TOKENIZER_MODELS:
+    """The manifest's vocabulary models, and a user's own GGUF (every GGUF has a vocabulary)."""
+    if model_id not in TOKENIZER_MODELS and get_model(model_id).role != "user":
         pytest.skip(f"{model_id} is not one of the tokenizer stage's vocabulary models")
 
 
