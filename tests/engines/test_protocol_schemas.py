@@ -241,9 +241,8 @@ def oracle_engine() -> CmdEngine:
 def test_oracle_served_by_specgate_engine_follows_the_schemas_on_real_requests() -> None:
     """Every op the oracle answers on a real vocabulary, and the sampler on a real logit
     window, crosses the client's schema validation (a violation would raise and restart)."""
-    from specgate.sampling import logits_of
-
     from specgate import models as model_cache
+    from specgate.checks.sample import logits_of
     from specgate.plugin import model_missing
 
     if "qwen3-vocab" not in model_cache.cached_models():
