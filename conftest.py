@@ -7,6 +7,7 @@ import resource
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["specgate.plugin"]
@@ -41,3 +42,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if cgroup is not None:
         line += f"; cgroup memory.peak {cgroup / 1e9:.2f} GB"
     terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _oracle_weights_live_one_module():
+    """The oracle's float32 weights (~2 GB for the 0.5B model) are dropped after each test
+    module: a module that ran the 0.5B last must not hold them through the modules after
+    it (the logits references load the same model in transformers and llama.cpp)."""
+    yield
+    oracle = sys.modules.get("impl.oracle")
+    if oracle is not None:
+        oracle._forward_models.clear()
