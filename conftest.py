@@ -1,8 +1,13 @@
 """Top-level pytest configuration: the specgate plugin (options --impl, --model,
---stages, --live-references; the parity matrix) and the hypothesis profiles."""
+--stages, --live-references; the parity matrix), the hypothesis profiles and the
+session's peak-memory line."""
 
 import os
+import resource
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["specgate.plugin"]
@@ -13,3 +18,38 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def _cgroup_peak_bytes() -> int | None:
+    """The cgroup v2 ``memory.peak`` of this process's cgroup (everything in it), if readable."""
+    try:
+        (line,) = [x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.startswith("0::")]
+        return int((Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.peak").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Measured, printed, not asserted: the peak resident memory of this pytest process and
+    of its largest finished child (engines, servers, nested pytest runs), from
+    ``getrusage``; and the cgroup's peak where there is one (it counts everything in the
+    cgroup: on a shared machine, other work too)."""
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
+    line = f"peak memory: pytest {own / 1e9:.2f} GB, largest child {child / 1e9:.2f} GB (max RSS)"
+    cgroup = _cgroup_peak_bytes()
+    if cgroup is not None:
+        line += f"; cgroup memory.peak {cgroup / 1e9:.2f} GB"
+    terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _oracle_weights_live_one_module():
+    """The oracle's float32 weights (~2 GB for the 0.5B model) are dropped after each test
+    module: a module that ran the 0.5B last must not hold them through the modules after
+    it (the logits references load the same model in transformers and llama.cpp)."""
+    yield
+    oracle = sys.modules.get("impl.oracle")
+    if oracle is not None:
+        oracle._forward_models.clear()

@@ -42,10 +42,26 @@ class HFEngine(Engine):
         return self._memo("metadata", model, lambda: metadata_from_transformers(model))
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
+    def _gguf_tokenizer(self, model: ModelRef) -> Any:
+        """transformers' tokenizer built from the GGUF: loaded (or refused) once per model,
+        shared by the tokenizer and render stages."""
+        from impl import hf_tokenizer
+
+        loaded = self._memo(
+            "gguf_tokenizer", model, lambda: hf_tokenizer.or_refusal(lambda: hf_tokenizer.from_gguf(model))
+        )
+        return hf_tokenizer.unwrap(loaded)
+
     def _tokenizer(self, model: ModelRef) -> Any:
         from impl import hf_tokenizer
 
-        loaded = self._memo("tokenizer", model, lambda: hf_tokenizer.load_or_refusal(model))
+        loaded = self._memo(
+            "tokenizer",
+            model,
+            lambda: hf_tokenizer.or_refusal(
+                lambda: hf_tokenizer.load(model, lambda: self._gguf_tokenizer(model))
+            ),
+        )
         return hf_tokenizer.unwrap(loaded)
 
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
@@ -68,7 +84,9 @@ class HFEngine(Engine):
     ) -> str:
         from impl import hf_render
 
-        tok = self._memo("chat_tokenizer", model, lambda: hf_render.load(model))
+        tok = self._memo(
+            "chat_tokenizer", model, lambda: hf_render.load(model, lambda: self._gguf_tokenizer(model))
+        )
         return hf_render.render(tok, messages, add_generation_prompt, **kwargs)
 
     def render_template(self, template: str, context: dict[str, Any]) -> str:

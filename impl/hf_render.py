@@ -18,22 +18,21 @@ exception type and message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from impl.protocol import ModelRef, Unsupported
 
 
-def load(model: ModelRef) -> Any:
-    """The transformers tokenizer whose ``chat_template`` and special tokens are the model's."""
+def load(model: ModelRef, gguf_tokenizer: Callable[[], Any]) -> Any:
+    """The transformers tokenizer whose ``chat_template`` and special tokens are the model's:
+    from ``tokenizer_config.json``, else ``gguf_tokenizer()`` (the session's one tokenizer
+    built from the GGUF, shared with the tokenizer stage)."""
     from transformers import AutoTokenizer
 
     if model.tokenizer_config is not None:
         return AutoTokenizer.from_pretrained(str(model.tokenizer_config.parent))
-    try:
-        return AutoTokenizer.from_pretrained(str(model.gguf.parent), gguf_file=model.gguf.name)
-    except Exception as exc:  # transformers refuses GGUF architectures it cannot convert
-        raise Unsupported(f"transformers cannot build a tokenizer from {model.gguf.name}: {exc}") from exc
+    return gguf_tokenizer()
 
 
 def _template_errors() -> tuple[type[BaseException], ...]:

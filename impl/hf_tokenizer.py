@@ -15,31 +15,37 @@ and user-defined tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from impl.protocol import ModelRef, Unsupported
 
 
-def load(model: ModelRef) -> Any:
-    """The ``tokenizers.Tokenizer`` for ``model``."""
+def from_gguf(model: ModelRef) -> Any:
+    """The transformers tokenizer transformers builds from the GGUF itself (~20 s for a
+    150k vocabulary): the adapter loads it once and shares it with the render stage."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model.gguf.parent), gguf_file=model.gguf.name)
+    except Exception as exc:  # transformers refuses GGUF architectures it cannot convert
+        raise Unsupported(f"transformers cannot build a tokenizer from {model.gguf.name}: {exc}") from exc
+
+
+def load(model: ModelRef, gguf_tokenizer: Callable[[], Any]) -> Any:
+    """The ``tokenizers.Tokenizer`` for ``model``: its ``tokenizer.json``, else the backend
+    of ``gguf_tokenizer()`` (the session's one ``from_gguf`` tokenizer)."""
     from tokenizers import Tokenizer
 
     if model.tokenizer_json is not None:
         return Tokenizer.from_file(str(model.tokenizer_json))
-    from transformers import AutoTokenizer
+    return gguf_tokenizer().backend_tokenizer
 
+
+def or_refusal(load: Callable[[], Any]) -> Any:
+    """``load()``, with a refusal kept as a value so a session asks transformers only once."""
     try:
-        tok = AutoTokenizer.from_pretrained(str(model.gguf.parent), gguf_file=model.gguf.name)
-    except Exception as exc:  # transformers refuses GGUF architectures it cannot convert
-        raise Unsupported(f"transformers cannot build a tokenizer from {model.gguf.name}: {exc}") from exc
-    return tok.backend_tokenizer
-
-
-def load_or_refusal(model: ModelRef) -> Any:
-    """``load``, with a refusal kept as a value so a session asks transformers only once."""
-    try:
-        return load(model)
+        return load()
     except Unsupported as exc:
         return exc
 

@@ -7,38 +7,67 @@ from independent references (transformers, llama.cpp, tiktoken, CPython regex).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import lru_cache
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from impl.protocol import Engine, ModelRef
 from oracle import gguf
 
 
-@lru_cache(maxsize=8)
+class _PerGGUF:
+    """What the oracle loaded for each GGUF path, least recently used first, at most
+    ``limit`` of them: the session's one cache style for parsed files, tokenizers,
+    chat templates and forward models (so logits and generate share one ``Model``)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._loaded: dict[Path, Any] = {}
+
+    def get(self, path: Path, load: Callable[[Path], Any]) -> Any:
+        """The value loaded for ``path``, loading it (and evicting the oldest) if absent.
+        A load that raises caches nothing (e.g. a refused chat template is refused again)."""
+        if path in self._loaded:
+            self._loaded[path] = self._loaded.pop(path)  # now the most recently used
+            return self._loaded[path]
+        value = load(path)
+        while len(self._loaded) >= self.limit:
+            self._loaded.pop(next(iter(self._loaded)))
+        self._loaded[path] = value
+        return value
+
+    def clear(self) -> None:
+        self._loaded.clear()
+
+
+_ggufs = _PerGGUF(limit=8)  # parsed headers and vocabularies (tensors stay memory-mapped)
+_tokenizers = _PerGGUF(limit=8)  # each keeps its piece cache for the session
+_chat_templates = _PerGGUF(limit=32)
+# Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive.
+_forward_models = _PerGGUF(limit=1)
+
+
 def _gguf(path: Path) -> gguf.GGUFFile:
-    return gguf.open_gguf(path)
+    return _ggufs.get(path, gguf.open_gguf)
 
 
-_tokenizers: dict[Path, Any] = {}
-_chat_templates: dict[Path, Any] = {}
-
-
-def _memo_tokenizer(path: Path, build: Any) -> Any:
-    """One oracle tokenizer per GGUF for the session (its piece cache is shared)."""
-    if path not in _tokenizers:
-        _tokenizers[path] = build(path)
-    return _tokenizers[path]
-
-
-@lru_cache(maxsize=2)
-def _generator(path: Path) -> tuple[Any, Any]:
-    """The oracle's forward model and tokenizer for a GGUF (loaded once)."""
-    from oracle.forward import Model
+def _load_tokenizer(path: Path) -> Any:
     from oracle.tokenizer import Tokenizer
 
-    return Model.from_gguf(_gguf(path)), Tokenizer.from_gguf(_gguf(path))
+    return Tokenizer.from_gguf(_gguf(path))
+
+
+def _load_forward_model(path: Path) -> Any:
+    from oracle.forward import Model
+
+    return Model.from_gguf(_gguf(path))
+
+
+def _forward_model(path: Path) -> Any:
+    """The GGUF's one forward ``Model``, its KV cache emptied for a new sequence."""
+    forward = _forward_models.get(path, _load_forward_model)
+    forward.reset()
+    return forward
 
 
 class OracleEngine(Engine):
@@ -58,9 +87,7 @@ class OracleEngine(Engine):
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
     def _tokenizer(self, model: ModelRef) -> Any:
-        from oracle.tokenizer import Tokenizer
-
-        return _memo_tokenizer(model.gguf, Tokenizer.from_gguf)
+        return _tokenizers.get(model.gguf, _load_tokenizer)
 
     def split(self, model: ModelRef, text: str) -> list[str]:
         return self._tokenizer(model).split(text)
@@ -75,9 +102,10 @@ class OracleEngine(Engine):
     def _chat_template(self, model: ModelRef) -> Any:
         from oracle.template import chat_template_for
 
-        if model.gguf not in _chat_templates:  # loading validates it: a refusal is raised, not cached
-            _chat_templates[model.gguf] = chat_template_for(_gguf(model.gguf), model.tokenizer_config)
-        return _chat_templates[model.gguf]
+        # loading validates the template: a refusal is raised, not cached
+        return _chat_templates.get(
+            model.gguf, lambda path: chat_template_for(_gguf(path), model.tokenizer_config)
+        )
 
     def render(
         self,
@@ -104,20 +132,9 @@ class OracleEngine(Engine):
             raise Unsupported(str(exc)) from exc
 
     # --- forward stage (logits) ---------------------------------------------------
-    _forward_models: ClassVar[dict[Path, Any]] = {}
-
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         """Float32 logits for every position of ``ids``, from an empty KV cache."""
-        from oracle.forward import Model
-
-        models = self._forward_models
-        if model.gguf not in models:
-            while len(models) >= 2:  # weights are cached in float32: keep few models alive
-                models.pop(next(iter(models)))
-            models[model.gguf] = Model.from_gguf(_gguf(model.gguf))
-        forward = models[model.gguf]
-        forward.reset()
-        return forward.prefill(ids)
+        return _forward_model(model.gguf).prefill(ids)
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
@@ -131,8 +148,7 @@ class OracleEngine(Engine):
         from oracle import decode_loop
         from oracle.dispatch import dispatch
 
-        forward, tokenizer = _generator(model.gguf)
-        forward.reset()
+        forward, tokenizer = _forward_model(model.gguf), self._tokenizer(model)
         special = dispatch(_gguf(model.gguf)).special
         return decode_loop.generate(
             forward,

@@ -8,6 +8,7 @@ specgate models path ID          the cached GGUF's path
 specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
+specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
 """
 
 from __future__ import annotations
@@ -149,6 +150,26 @@ def _repro(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON report."""
+    from pathlib import Path
+
+    from specgate import report
+
+    try:
+        merged = report.merge([Path(p) for p in args.files])
+    except report.MergeError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    print(report.headline(merged.records))
+    print(report.matrix_text(merged.records))
+    for problem in merged.verdict:
+        print(f"specgate: RUN FAILS — {problem}")
+    for path in report.write_reports(merged, args.out):
+        print(f"report: {path}")
+    return 1 if merged.verdict or any(r.outcome in ("fail", "error") for r in merged.records) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -165,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("file")
     r.add_argument("--impl", required=True)
     r.set_defaults(func=_repro)
+    rp = sub.add_parser("report", help="parity reports")
+    rp.add_argument("action", choices=["merge"])
+    rp.add_argument("files", nargs="+", help="the shards' JSON reports (parity-*-shard-I-of-N.json)")
+    rp.add_argument("--out", default="reports", help="where the merged report is written")
+    rp.set_defaults(func=_report)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -66,6 +66,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
     group.addoption(
+        "--shard",
+        default="",
+        help="I/N: run only shard I of N of the gate cases (cost-balanced; specgate report merge joins them)",
+    )
+    group.addoption(
         "--parity-junit",
         action="store_true",
         help="also write the JUnit XML into --report-dir, named like the other report files",
@@ -159,6 +164,7 @@ class SpecgateSession:
     verdict: list[str] = field(default_factory=list)  # why the run fails beyond per-case failures
     groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
     snapshot_root: Any = None  # the run's snapshot directory (``snapshots.root_of``), set at configure
+    shard: tuple[int, int] | None = None  # --shard I/N: (I, N)
 
 
 SESSION = pytest.StashKey[SpecgateSession]()
@@ -175,6 +181,7 @@ def pytest_configure(config: pytest.Config) -> None:
         snapshot_root=snapshots.root_of(config),
     )
     _session_ref[0] = config.stash[SESSION]
+    config.stash[SESSION].shard = chosen_shard(config)
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
     config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
@@ -186,7 +193,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
         os.makedirs(config.getoption("--report-dir"), exist_ok=True)
         config.option.xmlpath = os.path.join(
-            config.getoption("--report-dir"), f"{report_stem(config.getoption('--impl'))}.xml"
+            config.getoption("--report-dir"),
+            f"{report_stem(config.getoption('--impl'), config.stash[SESSION].shard)}.xml",
         )
 
 
@@ -335,6 +343,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
     check_models_gated(config, items)
+    keep_shard(config, items)
+
+
+def chosen_shard(config: pytest.Config) -> tuple[int, int] | None:
+    """``--shard I/N`` as ``(I, N)``; a bad value is one usage line."""
+    from specgate.shard import ShardError, parse_shard
+
+    raw = config.getoption("--shard")
+    if not raw:
+        return None
+    try:
+        return parse_shard(raw)
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the gate cases other shards run (``specgate.shard``); other tests run in shard 1."""
+    from specgate.shard import ShardError, gate_group, load_costs, split_cases
+
+    shard = config.stash[SESSION].shard
+    if shard is None:
+        return
+    try:
+        costs = load_costs()
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+    def case_of(item: pytest.Item) -> tuple[str, str, str] | None:
+        stage, params = row_stage(item), getattr(item, "callspec", None)
+        if stage is None or params is None or not isinstance(params.params.get("model_id"), str):
+            return None
+        return stage, params.params["model_id"], str(params.params.get("case_id", item.nodeid))
+
+    cases = {item: case_of(item) for item in items}
+    mine = split_cases([c for c in cases.values() if c is not None], *shard, costs)
+    ours = [(gate_group(*cases[i]) in mine) if cases[i] else shard[0] == 1 for i in items]
+    if not all(ours):
+        config.hook.pytest_deselected(items=[i for i, own in zip(items, ours, strict=True) if not own])
+        items[:] = [i for i, own in zip(items, ours, strict=True) if own]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -578,7 +626,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
     triage.shrink_groups(
         state.groups,
         state.impl,
-        Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl),
+        Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard),
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
     )

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +16,15 @@ from specgate import report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
 
 
-def report_stem(impl: str) -> str:
+def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
     """The one file stem of every report of a run of ``--impl impl``: readable (the
     impl string with other characters folded to ``_``) and collision-free (a short
     hash of the whole string, so ``cmd:a.py`` and ``cmd:a_py`` — or two servers on
-    other ports — never share files). No dots: nothing can cut it at a suffix."""
+    other ports — never share files; a shard's reports end in ``-shard-I-of-N``).
+    No dots: nothing can cut it at a suffix."""
     readable = re.sub(r"[^A-Za-z0-9-]+", "_", impl).strip("_")[:60] or "impl"
-    return f"parity-{readable}-{hashlib.sha256(impl.encode('utf-8')).hexdigest()[:8]}"
+    stem = f"parity-{readable}-{hashlib.sha256(impl.encode('utf-8')).hexdigest()[:8]}"
+    return stem + (f"-shard-{shard[0]}-of-{shard[1]}" if shard else "")
 
 
 def coverage(records: list[Any]) -> Counter:
@@ -84,12 +87,13 @@ def matrix_text(records: list[Any]) -> str:
 def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / report_stem(results.impl)
+    stem = out / report_stem(results.impl, getattr(results, "shard", None))
     table = tally(results.records)
     mets = metrics_summary(results.records)
     causes = getattr(results, "groups", None) or triage.group_records(results.records)
     payload = {
         "impl": results.impl,
+        "shard": getattr(results, "shard", None),
         "coverage": dict(coverage(results.records)),
         "verdict": list(getattr(results, "verdict", [])),
         "matrix": [
@@ -169,6 +173,77 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
         "```",
         "",
     ]
+
+
+class MergeError(ValueError):
+    """Shard reports that do not make one run (reported as one line)."""
+
+
+@dataclass
+class MergedRun:
+    impl: str
+    records: list[Any]
+    verdict: list[str]
+    shard: None = None  # the merged report is the whole run's
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("cases"), list)
+            or "impl" not in payload
+        ):
+            raise ValueError("no impl or cases")
+    except (OSError, ValueError) as exc:
+        raise MergeError(f"{path}: not a specgate JSON report ({exc})") from None
+    return payload
+
+
+def check_shards(paths: list[Path], payloads: list[dict[str, Any]]) -> None:
+    """The reports are one run's shards: one impl, and shards 1..N each exactly once
+    (or no shard at all: runs over different models joined into one report)."""
+    impls = {p["impl"] for p in payloads}
+    if len(impls) > 1:
+        raise MergeError(f"reports of different engines cannot be merged: {', '.join(sorted(impls))}")
+    shards = [tuple(p["shard"]) if p.get("shard") else None for p in payloads]
+    if all(s is None for s in shards):
+        return
+    if any(s is None for s in shards):
+        unsharded = [str(path) for path, s in zip(paths, shards, strict=True) if s is None]
+        raise MergeError(f"sharded and unsharded reports mixed: {', '.join(unsharded)} carry no shard")
+    totals = {n for _, n in shards}
+    if len(totals) > 1:
+        raise MergeError(f"reports from different shard counts: N = {', '.join(map(str, sorted(totals)))}")
+    (total,) = totals
+    seen = Counter(i for i, _ in shards)
+    twice = sorted(i for i, n in seen.items() if n > 1)
+    missing = sorted(set(range(1, total + 1)) - set(seen))
+    if twice or missing:
+        raise MergeError(
+            f"shards of {total}: "
+            + "; ".join([f"missing {missing}"] * bool(missing) + [f"given twice {twice}"] * bool(twice))
+        )
+
+
+def merge(paths: list[Path]) -> MergedRun:
+    """One run from its shards' JSON reports: their cases joined, the run verdict recomputed
+    (a stage answered only by refusals fails whichever shards its cases ran in)."""
+    from specgate.plugin import GateRecord, run_verdict
+
+    if not paths:
+        raise MergeError("no report to merge")
+    payloads = [_read_report(path) for path in paths]
+    check_shards(paths, payloads)
+    records, where = [], {}
+    for path, payload in zip(paths, payloads, strict=True):
+        for case in payload["cases"]:
+            if case["nodeid"] in where:
+                raise MergeError(f"case {case['nodeid']} is in both {where[case['nodeid']]} and {path}")
+            where[case["nodeid"]] = path
+            records.append(GateRecord(**case))
+    return MergedRun(payloads[0]["impl"], records, run_verdict(records))
 
 
 # Outcome colours: the hue says which outcome, the saturation what share of the row's cases.

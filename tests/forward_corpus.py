@@ -4,10 +4,15 @@ models the stage covers, and how much of the reference logits a snapshot keeps."
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
+import tempfile
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from specgate import models as model_cache
@@ -57,3 +62,32 @@ def has_weights(model_id: str, manifest: dict[str, model_cache.ModelEntry]) -> b
         return model_cache.has_weights(get_model(model_id))
     except model_cache.ModelError:
         return True  # kept: its test reports why it cannot run (model_missing)
+
+
+_kept_logits: dict[tuple[str, str, tuple[int, ...]], Path] = {}
+
+
+@cache
+def _logits_dir() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="specgate-reference-logits-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def reference_logits(reference: Any, model: Any, ids: list[int], keep: bool = False) -> Any:
+    """A live reference's full logits for ``(model, ids)``, computed once per session.
+
+    ``tests/oracle/test_forward.py`` (full-vocabulary comparison, ``keep=True``) and
+    ``tests/references/test_logits.py`` (which runs after it) need the same
+    transformers outputs for 16 (model, prompt) pairs only as data. Kept ones are on
+    disk, not in memory (a 512-token prompt of the 0.5B is 311 MB), and read back
+    memory-mapped."""
+    key = (reference.name, str(model.gguf), tuple(ids))
+    if key in _kept_logits:
+        return np.load(_kept_logits[key], mmap_mode="r")
+    logits = np.asarray(reference.logits(model, ids))
+    if keep:
+        path = _logits_dir() / f"{len(_kept_logits)}.npy"
+        np.save(path, logits)
+        _kept_logits[key] = path
+    return logits

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from oracle import decode_loop
 from oracle.sampler import SamplerError
 from oracle.utf8 import complete_utf8_prefix_len
+from tests.hypothesis_budget import examples
 
 try:
     import tomllib
@@ -141,6 +142,9 @@ class RandomLogits:
         return self.logits()
 
 
+# 100, not 1000: randomness outside the seeded generator shows on the first example (12 draws
+# per run); no planted defect or recorded bug needs more.
+@examples(ci=100)
 @given(st.integers(0, 2**32 - 1), st.lists(st.integers(0, 49), min_size=1, max_size=5))
 def test_same_seed_same_stream(seed, prompt):
     pieces = [bytes([65 + i % 26]) for i in range(50)]
@@ -158,6 +162,11 @@ text_pieces = st.text(
 )
 
 
+# 200, not 1000: it finds the planted defect it targets (a split UTF-8 character emitted,
+# tests/oracle/test_sampler_mutations.py) at example 7 of CI's derandomized run; 200 keeps a
+# 25x margin. (A stop string searched per token it does not find in 1000: the stop-case known
+# answers and the generate gate do.)
+@examples(ci=200)
 @given(
     st.lists(text_pieces, min_size=1, max_size=6),
     st.lists(st.sampled_from(["ab", "中", "é!", "x"]), max_size=2),

@@ -30,6 +30,7 @@ from specgate import models as model_cache
 from specgate import render_corpus
 from specgate.gate import text_diff
 from specgate.plugin import get_model
+from tests.hypothesis_budget import examples
 
 pytestmark = pytest.mark.live
 
@@ -117,6 +118,10 @@ def outcome(engine, model, messages, gen, kwargs):
         return "refused", str(exc)
 
 
+# 1000: conversations with template syntax, Unicode and tool calls are a large input space, and
+# the time is not in the examples (~1 ms per template and engine) but in loading transformers'
+# tokenizers for the three templates (shared with the render references).
+@examples(ci=1000)
 @given(messages=WELL_FORMED, gen=st.booleans(), kwargs=KWARGS)
 def test_well_formed_conversations_render_like_transformers(engines, messages, gen, kwargs):
     models, oracle, hf = engines
@@ -127,6 +132,10 @@ def test_well_formed_conversations_render_like_transformers(engines, messages, g
         assert diff is None, f"{model.id}: oracle render differs from transformers for {messages!r}\n{diff}"
 
 
+# 1000: conversations with template syntax, Unicode and tool calls are a large input space, and
+# the time is not in the examples (~1 ms per template and engine) but in loading transformers'
+# tokenizers for the three templates (shared with the render references).
+@examples(ci=1000)
 @given(messages=st.lists(ANY_MESSAGE, min_size=1, max_size=6), gen=st.booleans(), kwargs=KWARGS)
 def test_any_conversation_renders_or_refuses_like_transformers(engines, messages, gen, kwargs):
     models, oracle, hf = engines

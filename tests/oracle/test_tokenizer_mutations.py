@@ -37,7 +37,7 @@ GATE_FAILED = pytest.fail.Exception
 def fresh(monkeypatch) -> OracleEngine:
     """An oracle engine with no tokenizer (and so no piece cache) carried over: a mutation
     must not hide behind pieces the unmutated oracle already encoded."""
-    monkeypatch.setattr(impl.oracle, "_tokenizers", {})
+    monkeypatch.setattr(impl.oracle, "_tokenizers", impl.oracle._PerGGUF(limit=8))
     return OracleEngine()
 
 

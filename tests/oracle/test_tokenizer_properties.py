@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from impl.references import RegexSplitter
 from oracle.tokenizer import Tokenizer
 from specgate.plugin import get_model
+from tests.hypothesis_budget import examples
 
 WORDS = [
     "hello",
@@ -98,6 +99,10 @@ def oracle(model_id: str) -> Tokenizer:
 
 
 @pytest.mark.parametrize("model_id", VOCABS)
+# 1000: issue 3's acceptance asks at least 1000 examples per tokenizer property in CI; the
+# strategy mixes scripts, whitespace runs and special-token fragments (the largest input space
+# of the suite's properties) and an example costs ~2 ms.
+@examples(ci=1000)
 @given(text=texts)
 def test_round_trip(model_id, text):
     tok = oracle(model_id)
@@ -106,6 +111,10 @@ def test_round_trip(model_id, text):
 
 
 @pytest.mark.parametrize("model_id", VOCABS)
+# 1000: issue 3's acceptance asks at least 1000 examples per tokenizer property in CI; the
+# strategy mixes scripts, whitespace runs and special-token fragments (the largest input space
+# of the suite's properties) and an example costs ~2 ms.
+@examples(ci=1000)
 @given(text=texts)
 def test_pieces_tile_and_match_regex(model_id, text):
     pieces = oracle(model_id).split(text)
@@ -114,6 +123,10 @@ def test_pieces_tile_and_match_regex(model_id, text):
 
 
 @pytest.mark.parametrize("model_id", VOCABS)
+# 1000: issue 3's acceptance asks at least 1000 examples per tokenizer property in CI; the
+# strategy mixes scripts, whitespace runs and special-token fragments (the largest input space
+# of the suite's properties) and an example costs ~2 ms.
+@examples(ci=1000)
 @given(before=texts, after=texts, data=st.data())
 def test_specials_are_single_ids(model_id, before, after, data):
     tok = oracle(model_id)
@@ -127,6 +140,10 @@ def test_specials_are_single_ids(model_id, before, after, data):
 
 
 @pytest.mark.live
+# 1000: issue 3's acceptance asks at least 1000 examples per tokenizer property in CI; the
+# strategy mixes scripts, whitespace runs and special-token fragments (the largest input space
+# of the suite's properties) and an example costs ~2 ms.
+@examples(ci=1000)
 @given(text=texts)
 def test_oracle_llamacpp_hf_agree_on_nfc_text(reference, text):
     text = unicodedata.normalize("NFC", text)
@@ -141,6 +158,10 @@ def test_oracle_llamacpp_hf_agree_on_nfc_text(reference, text):
 
 
 @pytest.mark.live
+# 1000: issue 3's acceptance asks at least 1000 examples per tokenizer property in CI; the
+# strategy mixes scripts, whitespace runs and special-token fragments (the largest input space
+# of the suite's properties) and an example costs ~2 ms.
+@examples(ci=1000)
 @given(text=texts)
 def test_oracle_llamacpp_tiktoken_agree(reference, text):
     model = get_model("qwen3.6-vocab")

@@ -13,7 +13,7 @@ import pytest
 from specgate import logit_metrics, snapshots
 from specgate.checks.logits import check_exact, check_quantized
 from specgate.plugin import get_model, model_missing
-from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for
+from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for, reference_logits
 
 pytestmark = pytest.mark.live
 
@@ -54,7 +54,7 @@ def test_record_logits(request, snapshot, reference, forward_model_id):
     for prompt_id, prompt in prompts_for(model.id).items():
         ids = vocab.tokenize(str(prompt["text"]).encode("utf-8"), add_bos=False, special=True)
         positions = logit_metrics.record_positions(len(ids), limit)
-        ref_hf, ref_llama = hf.logits(model, ids), llama.logits(model, ids)
+        ref_hf, ref_llama = reference_logits(hf, model, ids), llama.logits(model, ids)
         between = logit_metrics.compare_full(ref_hf, ref_llama, tie_margin=0.0)
         cases[prompt_id] = {
             "kind": prompt["kind"],
