@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from impl import lifeline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,7 +65,7 @@ def run_parity(
         str(reports),
         *extra,
     ]
-    proc = subprocess.run(
+    proc = lifeline.run(  # tied to us: no orphan engine if this test run is killed
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )
     found = sorted(reports.glob("parity-*.json"))

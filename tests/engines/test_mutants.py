@@ -14,7 +14,6 @@ shrinking budget; ``specgate repro`` replays it (exit 1 on the mutant, 0 on the 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -26,6 +25,7 @@ import pytest
 from impl import lifeline
 from specgate import models as model_cache
 from specgate.plugin import model_missing
+from tests.engines.parity_run import run_parity, script_impl
 
 ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = Path(__file__).with_name("mutants")
@@ -126,32 +126,21 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
     missing = [m for m in mutant.models if m not in cached]
     if missing:
         model_missing(f"{missing}; run: specgate models fetch / specgate models tiny")
-    impl = f"cmd:{sys.executable} {MUTANTS / (mutant.script + '.py')}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *gate_files(mutant.stages),
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--impl",
+    impl = script_impl(MUTANTS / (mutant.script + ".py"))
+    run = run_parity(
+        tmp_path,
         impl,
-        "--stages",
         ",".join(mutant.stages),
-        "--models",
         ",".join(mutant.models),
-        "--report-dir",
-        str(tmp_path),
         "--shrink-group-budget",
         str(GROUP_BUDGET),
         *mutant.extra,
-    ]
-    proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ))
-    (path,) = tmp_path.glob("parity-*.json")
-    report = json.loads(path.read_text(encoding="utf-8"))
+        files=tuple(gate_files(mutant.stages)),
+        timeout=600,
+    )
+    report = run.report
 
-    assert proc.returncode == 1, f"a failing gate must fail the run\n{proc.stdout[-3000:]}"
+    assert run.status == 1, f"a failing gate must fail the run\n{run.output[-3000:]}"
     ran = {row["stage"].split("/")[0] for row in report["matrix"]}  # logits/exact -> logits
     assert set(mutant.stages) <= ran, f"stages missing from the run: {set(mutant.stages) - ran}"
     bad = {c["stage"].split("/")[0] for c in report["cases"] if c["outcome"] in ("fail", "error")}
