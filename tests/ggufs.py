@@ -55,13 +55,7 @@ def write_gguf(
             w.add_bool(key, value)
         else:
             w.add_uint32(key, value)
-    for name, array in (tensors or {"token_embd.weight": np.ones((len(tokens), 64), np.float32)}).items():
-        w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, tensors or {"token_embd.weight": np.ones((len(tokens), 64), np.float32)}, path)
 
 
 def real_header_sample(source: Path, dest: Path, max_array: int = 300) -> Path:
@@ -128,13 +122,7 @@ def write_typed(path: Path, kvs: dict[str, TypedValue], tensors: dict[str, np.nd
     w.kv_data[0].pop("general.architecture")  # the writer adds it as a string; kvs decide
     for key, (value, vtype, sub_type) in kvs.items():
         w.add_key_value(key, value, vtype, sub_type)
-    for name, array in (tensors or {}).items():
-        w.add_tensor(name, array)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return _finish(w, tensors or {}, path)
 
 
 def compact_copy(source: GGUFFile, keep_tokens: int = 320, keep_merges: int = 200) -> tuple[dict, dict]:
@@ -173,3 +161,14 @@ def compact_copy(source: GGUFFile, keep_tokens: int = 320, keep_merges: int = 20
         array = np.array(source.dequantize(name))
         tensors[name] = array[keep] if info.shape[0] == len(tokens) else array
     return kvs, tensors
+
+
+def _finish(w: Any, tensors: dict[str, np.ndarray], path: Path) -> Path:
+    """Add the F32 ``tensors`` and write the whole file."""
+    for name, array in tensors.items():
+        w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
