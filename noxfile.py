@@ -85,7 +85,8 @@ def tests(session: nox.Session) -> None:
     install(session, "dev")
     ensure_chromium(session)
     fetch_models(session, tiny=True)
-    session.run("pytest", "--live-references", *session.posargs)
+    # The ten slowest tests close the log: the suite's own profile, run after run.
+    session.run("pytest", "--live-references", "--durations=10", *session.posargs)
 
 
 def ensure_chromium(session: nox.Session) -> None:
