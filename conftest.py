@@ -29,15 +29,29 @@ def _cgroup_peak_bytes() -> int | None:
         return None
 
 
+def _own_peak_bytes() -> int | None:
+    """This process's own peak (``VmHWM``), which — unlike ``ru_maxrss`` on Linux — does
+    not include the size of the process it was forked from before its exec."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Measured, printed, not asserted: the peak resident memory of this pytest process and
     of its largest finished child (engines, servers, nested pytest runs), from
     ``getrusage``; and the cgroup's peak where there is one (it counts everything in the
     cgroup: on a shared machine, other work too)."""
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+    own = _own_peak_bytes() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale
     line = f"peak memory: pytest {own / 1e9:.2f} GB, largest child {child / 1e9:.2f} GB (max RSS)"
+    # Linux carries a process's peak across exec: a child forked from a large process
+    # starts its count at its parent's size, so the child figure is an upper bound.
     cgroup = _cgroup_peak_bytes()
     if cgroup is not None:
         line += f"; cgroup memory.peak {cgroup / 1e9:.2f} GB"

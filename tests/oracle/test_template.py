@@ -18,26 +18,25 @@ from oracle import template as tpl
 from oracle.gguf import open_gguf
 from specgate import render_corpus
 from specgate.plugin import get_model
-from tests.oracle import hostile_probe
 
 HOSTILE = render_corpus.hostile_templates()
-REFUSAL_SECONDS = 1.0  # the issue's bound: every hostile template refused within a second
-HANG_SECONDS = 5.0  # the wall-clock bound while the machine is oversubscribed (hostile_probe.wall_bound)
+HANG_SECONDS = 5.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
 
 
 def hostile_problem(source: str, expect: str) -> str | None:
-    """None when the oracle refuses ``source`` in time (CPU and wall) with a message
-    containing ``expect`` and a template line; else what went wrong. (Memory is
-    bounded per template in a child process: test_template_hostile_bounds.py.)"""
+    """None when the oracle refuses ``source`` with a message containing ``expect`` and
+    a template line, within the hang bound; else what went wrong. The one-second CPU
+    and wall bounds and the memory bound are measured per template in a fresh
+    interpreter (test_template_hostile_bounds.py): inside the full suite this process
+    holds gigabytes of references, and one template (48_slice_huge) measured 2.6 s of
+    CPU here while it takes 0.16 s in a fresh process."""
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
         tpl.ChatTemplate(source)  # compile + canary render: where a model's template first runs
     except tpl.TemplateRefusal as exc:
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        if cpu > REFUSAL_SECONDS:
-            return f"refused only after {cpu:.2f} s of CPU (bound {REFUSAL_SECONDS} s)"
-        if elapsed > hostile_probe.wall_bound(REFUSAL_SECONDS, HANG_SECONDS):
-            return f"refused only after {elapsed:.2f} s (bound {REFUSAL_SECONDS} s)"
+        if max(cpu, elapsed) > HANG_SECONDS:
+            return f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)"
         if expect not in str(exc):
             return f"refusal does not name {expect!r}: {exc}"
         if exc.line is None or f"template line {exc.line}" not in str(exc):

@@ -122,14 +122,36 @@ def test_the_probe_sees_memory_and_hangs():
     """The measurement itself: a template that allocates 300 MB and renders is reported
     with its peak, and one that outlives the timeout is reported as hung — so a
     passing bound above is a measured one."""
-    roomy = Limits(max_chars=400_000_000, max_memory_bytes=1 << 40, max_seconds=10.0)
-    big = hostile_probe.probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 10.0, limits=roomy)
+    roomy = {"max_chars": 400_000_000, "max_memory_bytes": 1 << 40, "max_seconds": 10.0}
+    big = fresh_probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 10.0, roomy)
     assert big["outcome"] == "rendered" and big["peak_mb"] > 250, big
-    slow = Limits(max_seconds=30.0, max_steps=10**9)
-    hung = hostile_probe.probe(
-        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 1.0, limits=slow
+    slow = {"max_seconds": 30.0, "max_steps": 10**9}
+    hung = fresh_probe(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", 1.0, slow
     )
     assert hung["outcome"] == "hung", hung
+
+
+def fresh_probe(source: str, timeout: float, limits: dict) -> dict:
+    """``hostile_probe.probe`` run from a fresh interpreter, as the corpus is probed: a
+    child forked from this (possibly large) pytest process would reuse memory its
+    parent freed but kept, and show a 300 MB allocation as almost nothing."""
+    code = (
+        "import json, sys\n"
+        "from oracle.template_sandbox import Limits\n"
+        "from tests.oracle import hostile_probe\n"
+        "source, timeout, limits = json.loads(sys.argv[1])\n"
+        "print(json.dumps(hostile_probe.probe(source, timeout, limits=Limits(**limits))))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps([source, timeout, limits])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------------------
