@@ -15,6 +15,7 @@ import pytest
 
 from impl.oracle import OracleEngine
 from impl.protocol import Engine
+from specgate import models as model_cache
 from specgate.plugin import SpecgateSession, get_model, model_missing, snapshot_cases
 from tests.gates import test_generate as gate
 
@@ -38,7 +39,7 @@ class Answering(Engine):
 def stream():
     try:
         model = get_model(MODEL)
-    except Exception as exc:
+    except model_cache.ModelError as exc:  # the tiny model comes from `specgate models tiny`
         model_missing(str(exc))
     case = snapshot_cases(model, "generate")[CASE]
     assert case["params"]["stop"] == ["an[s"] and case["params"]["max_tokens"] == 4
