@@ -32,3 +32,37 @@ def test_the_run_prints_its_own_and_its_largest_childs_peak(tmp_path):
     own, child = map(float, match.groups())
     assert 0.01 < own < 4.0
     assert CHILD_BYTES / 1e9 <= child < 2 * CHILD_BYTES / 1e9 + 0.1
+
+
+PEAK_BYTES = 300_000_000
+
+TESTS_IN_PROCESS = f"""
+def test_small():
+    assert sum(range(10)) == 45
+
+def test_large_then_freed():
+    b = bytearray({PEAK_BYTES}); b[::4096] = b'x' * len(b[::4096])
+    del b
+
+def test_small_after():
+    assert True
+"""
+
+
+def test_the_run_names_the_test_that_reached_the_highest_peak(tmp_path):
+    """The per-test peak resets the kernel's high-water mark before each test, so the
+    large test is named even though the memory is freed before the next one starts, and
+    the session's peak still counts it."""
+    (tmp_path / "test_peaks.py").write_text(TESTS_IN_PROCESS, encoding="utf-8")
+    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", str(tmp_path)]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    session = re.search(r"peak memory: pytest ([\d.]+) GB", proc.stdout)
+    ranked = re.findall(r"^\s+([\d.]+) GB  (\S+)$", proc.stdout, re.M)
+    assert session and ranked, proc.stdout[-2000:]
+    (top_peak, top_test), *rest = ranked
+    assert top_test.endswith("test_large_then_freed"), ranked
+    assert float(top_peak) >= PEAK_BYTES / 1e9
+    assert all(float(peak) < float(top_peak) - 0.2 for peak, _ in rest), ranked
+    assert float(session.group(1)) >= float(top_peak)
