@@ -8,8 +8,9 @@ Standalone on purpose: stdlib + `tokie` only. tokie reads Hugging Face
 
 What tokie's public API offers, and what the adapter therefore answers:
 - `encode`: `Tokenizer.encode(text, add_special_tokens=False)` (no BOS); added
-  tokens in the text are always matched, so `parse_special=true` only: tokie has no
-  switch to leave control tokens as text, and `parse_special=false` is refused;
+  tokens in the text are always matched, so `parse_special=true` only. tokie has no
+  switch to leave control tokens as text while still matching user-defined ones
+  (`encode_bytes` matches no added token at all), so `parse_special=false` is refused;
 - `decode`: `Tokenizer.decode_bytes(ids)`, tokie's raw-bytes decode. A Rust panic
   inside tokie (pyo3's `PanicException`, in any op) is answered as an `engine` error naming it;
 - `split`: refused — tokie exposes no pre-tokenizer pieces.
