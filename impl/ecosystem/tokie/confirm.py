@@ -1,0 +1,81 @@
+"""Hand reproductions of tokie divergences the specgate gates found, with tokie's own
+public API only (no specgate). Prints one line per divergence; exit 0 when every one
+still reproduces, 1 when one no longer does, 2 when the tokenizer file is missing.
+
+The tokenizer is Qwen3's own upstream `tokenizer.json` (the file specgate's model cache
+downloads beside `qwen3-vocab`); pass another path as the first argument.
+
+    python impl/ecosystem/tokie/confirm.py [path/to/tokenizer.json]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tokie
+
+DEFAULT_TOKENIZER = Path.home() / ".cache/specgate/models/qwen3-vocab/tokenizer.json"
+
+
+def attempt(call: Callable[[], Any]) -> Any:
+    """The call's value, or the name of the exception (a Rust panic included) it raised."""
+    try:
+        return call()
+    except BaseException as exc:  # pyo3's PanicException is a BaseException
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+
+
+def divergences(tok: tokie.Tokenizer) -> list[tuple[str, Any, Any]]:
+    """(what, tokie's answer, the references' answer) per divergence."""
+    return [
+        (
+            "encode ' Ⅸ' (a space, then the letter-number U+2168): the space is glued to Ⅸ",
+            attempt(lambda: tok.encode(" Ⅸ", add_special_tokens=False).ids),
+            # HF tokenizers 0.23.3 on this file, add_special_tokens=False; llama.cpp via
+            # llama-cpp-python 0.3.36 on qwen3-vocab.gguf gives the same ids.
+            [220, 70467, 101],
+        ),
+        (
+            "encode 'x Ⅻ' (U+216B): the space is glued to Ⅻ",
+            attempt(lambda: tok.encode("x Ⅻ", add_special_tokens=False).ids),
+            # HF tokenizers 0.23.3 on this file, add_special_tokens=False
+            [87, 220, 70467, 104],
+        ),
+        (
+            "decode_bytes of special-token ids <|im_start|> <think> Hello: tokie panics",
+            attempt(lambda: tok.decode_bytes([151644, 151667, 9707])),
+            # llama.cpp via llama-cpp-python 0.3.36 (detokenize, special=True) on qwen3-vocab.gguf;
+            # HF tokenizers 0.23.3 decode(skip_special_tokens=False) gives the same text
+            b"<|im_start|><think>Hello",
+        ),
+        (
+            "decode_bytes of an id outside the vocabulary (999999): tokie panics, not skips",
+            attempt(lambda: tok.decode_bytes([9707, 999999])),
+            # HF tokenizers 0.23.3 decode([9707, 999999]) skips the unknown id: 'Hello'
+            b"Hello",
+        ),
+    ]
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[1]) if len(argv) > 1 else DEFAULT_TOKENIZER
+    if not path.is_file():
+        print(f"confirm tokie: missing {path} (Qwen3's tokenizer.json)")
+        return 2
+    tok = tokie.Tokenizer.from_json(str(path))
+    still = True
+    for what, engine, reference in divergences(tok):
+        reproduces = engine != reference
+        still &= reproduces
+        verdict = "REPRODUCES" if reproduces else "GONE"
+        print(f"{verdict}: {what}: tokie {engine!r} vs reference {reference!r}")
+    return 0 if still else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,27 @@
+"""The tokie divergences of impl/ecosystem/tokie/confirm.py still reproduce with the
+pinned package: the script exits 0 (each divergence printed as REPRODUCES). It reads
+Qwen3's own tokenizer.json from specgate's model cache (downloaded with qwen3-vocab)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "tokie" / "confirm.py"
+MISSING_FILE = 2  # confirm.py's exit status when the tokenizer.json is not there
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tokie") is None,
+    reason="the tokie package is not installed (the ecosystem session installs it: pip install tokie==0.1.4)",
+)
+def test_tokie_divergences_reproduce():
+    env = {**os.environ, "RUST_BACKTRACE": "0"}  # tokie's panics stay one line on stderr
+    run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=300, env=env)
+    if run.returncode == MISSING_FILE:
+        pytest.skip(run.stdout.strip())
+    assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
+    assert run.stdout.count("REPRODUCES") == 4, run.stdout
