@@ -13,7 +13,8 @@ What tokie's public API offers, and what the adapter therefore answers:
   (`encode_bytes` matches no added token at all), so `parse_special=false` is refused;
 - `decode`: `Tokenizer.decode_bytes(ids)`, tokie's raw-bytes decode. A Rust panic
   inside tokie (pyo3's `PanicException`, in any op) is answered as an `engine` error naming it;
-- `split`: refused — tokie exposes no pre-tokenizer pieces.
+- `split` is not offered (not in the handshake's capabilities, so the stage is n/a):
+  tokie exposes no pre-tokenizer pieces.
 
     python impl/ecosystem/tokie/adapter.py
 """
@@ -57,10 +58,6 @@ def tokenizer(model_id: str) -> tokie.Tokenizer:
     return tokie.Tokenizer.from_json(str(path))
 
 
-def split(request: dict[str, Any]) -> list[str]:
-    raise Refusal("tokie exposes no pre-tokenizer pieces (no split API)")
-
-
 def encode(request: dict[str, Any]) -> list[int]:
     if not request["parse_special"]:
         raise Refusal("tokie always matches added tokens in the text: no parse_special=false switch")
@@ -72,7 +69,7 @@ def decode(request: dict[str, Any]) -> dict[str, str]:
     return {"$bytes": base64.b64encode(bytes(data)).decode("ascii")}
 
 
-HANDLERS = {"split": split, "encode": encode, "decode": decode}
+HANDLERS = {"encode": encode, "decode": decode}
 
 
 # --- the specgate-jsonl/1 loop ----------------------------------------------------------------
@@ -104,7 +101,7 @@ def serve() -> int:
         "protocol": "specgate-jsonl/1",
         "engine": "tokie",
         "version": version("tokie"),
-        "capabilities": ["split", "encode", "decode"],
+        "capabilities": ["encode", "decode"],
     }
     print(json.dumps(hello), flush=True)
     for line in sys.stdin:
