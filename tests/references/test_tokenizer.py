@@ -207,9 +207,11 @@ def test_record_encode(request, snapshot, reference, model_id, model):
     )
 
 
-def composed_ids(llm: Any, parts: list[dict[str, str]]) -> list[int] | None:
+def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> list[int] | None:
     """The ids of a decode-corpus case on this vocabulary (``tests.tokenizer_corpus.decode_cases``),
-    or None when the vocabulary lacks one of its special tokens."""
+    or None when the vocabulary lacks one of its special tokens. A ``head`` that does not end
+    inside a character is a corpus mistake on the manifest's vocabularies (``strict``); a
+    user's own vocabulary may simply hold the whole character, and does not get the case."""
     ids: list[int] = []
     for part in parts:
         [(kind, text)] = part.items()
@@ -222,8 +224,10 @@ def composed_ids(llm: Any, parts: list[dict[str, str]]) -> list[int] | None:
             ids += one
         else:
             whole = llamacpp_tokenizer.encode(llm, text, False)
-            head = llamacpp_tokenizer.token_to_piece(llm, whole[0])
-            assert len(whole) > 1 and not _is_utf8(head), (
+            split_inside = len(whole) > 1 and not _is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
+            if not split_inside and not strict:
+                return None
+            assert split_inside, (
                 f"decode corpus: {text!r} is not split inside a character by this vocabulary ({whole})"
             )
             ids += whole[:1] if kind == "head" else whole[1:]
@@ -264,7 +268,7 @@ def test_record_decode(request, snapshot, reference, model_id, model):
         recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
     for cid, parts in decode_cases().items():
         assert cid not in recorded, f"decode corpus id {cid!r} collides with a text case"
-        ids = composed_ids(llm, parts)
+        ids = composed_ids(llm, parts, strict=model_id in TOKENIZER_MODELS)
         if ids is not None:
             recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
     if tiktoken is not None:
