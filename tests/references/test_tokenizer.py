@@ -7,7 +7,9 @@
   cross-checked with HF tokenizers (tokenizer.json where shipped, else transformers'
   tokenizer built from the GGUF) and with tiktoken where the model ships ranks;
 * ``decode`` — llama.cpp ``llama_token_to_piece`` bytes, concatenated, for every id
-  sequence of the encode snapshot plus single tokens that end inside a character.
+  sequence of the encode snapshot, single tokens that end inside a character, and the
+  id sequences of ``corpus/texts/decode.jsonl`` (special ids alone or next to text,
+  bytes ending or breaking inside a character).
 
 Where a cross-check disagrees with llama.cpp the case is stored as a reference
 disagreement with the reason (NFC normalization in tokenizer.json, a different
@@ -29,7 +31,7 @@ from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
 from specgate.gate import first_difference, first_divergence
 from specgate.plugin import get_model
-from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
+from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases, decode_cases
 
 pytestmark = pytest.mark.live
 PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
@@ -205,6 +207,41 @@ def test_record_encode(request, snapshot, reference, model_id, model):
     )
 
 
+def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> list[int] | None:
+    """The ids of a decode-corpus case on this vocabulary (``tests.tokenizer_corpus.decode_cases``),
+    or None when the vocabulary lacks one of its special tokens. A ``head`` that does not end
+    inside a character is a corpus mistake on the manifest's vocabularies (``strict``); a
+    user's own vocabulary may simply hold the whole character, and does not get the case."""
+    ids: list[int] = []
+    for part in parts:
+        [(kind, text)] = part.items()
+        if kind == "text":
+            ids += llamacpp_tokenizer.encode(llm, text, False)
+        elif kind == "special":
+            one = llamacpp_tokenizer.encode(llm, text, True)
+            if len(one) != 1 or not llamacpp_tokenizer.is_special(llm, one[0]):
+                return None  # not a special token of this vocabulary
+            ids += one
+        else:
+            whole = llamacpp_tokenizer.encode(llm, text, False)
+            split_inside = len(whole) > 1 and not _is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
+            if not split_inside and not strict:
+                return None
+            assert split_inside, (
+                f"decode corpus: {text!r} is not split inside a character by this vocabulary ({whole})"
+            )
+            ids += whole[:1] if kind == "head" else whole[1:]
+    return ids
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_record_decode(request, snapshot, reference, model_id, model):
     llama = reference("llamacpp")
     llm = llama.llama(model, vocab_only=True)
@@ -229,6 +266,11 @@ def test_record_decode(request, snapshot, reference, model_id, model):
                     partial[f"token-{i}"] = [i]
     for cid, ids in partial.items():
         recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
+    for cid, parts in decode_cases().items():
+        assert cid not in recorded, f"decode corpus id {cid!r} collides with a text case"
+        ids = composed_ids(llm, parts, strict=model_id in TOKENIZER_MODELS)
+        if ids is not None:
+            recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
     if tiktoken is not None:
         for case in recorded.values():
             other = tiktoken.decode(model, case["ids"]).hex()
