@@ -1,0 +1,77 @@
+// Hand reproductions of the divergences the tokenizer gates found in @huggingface/tokenizers,
+// with the library's public API alone (no specgate), on Qwen3's own tokenizer files from the
+// specgate model cache (qwen3-vocab: tokenizer.json + tokenizer_config.json). Each expected value
+// is a literal obtained by running the named reference on the same model:
+// llama.cpp via llama-cpp-python 0.3.36 (Llama(qwen3-vocab.gguf, vocab_only=True)) for bytes, HF
+// tokenizers 0.23.3 (Tokenizer.from_file(tokenizer.json)) for ids and strings.
+// Exit 0 when every divergence still reproduces, 1 otherwise, 2 when the model files are missing.
+//
+//     node impl/ecosystem/hf_tokenizers/confirm.mjs
+
+import { existsSync, readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { Tokenizer } from "@huggingface/tokenizers";
+
+function modelDir(modelId) {
+  const cache = process.env.SPECGATE_CACHE ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "specgate");
+  return join(cache, "models", modelId);
+}
+
+function loadTokenizer(dir) {
+  const files = ["tokenizer.json", "tokenizer_config.json"].map((name) => join(dir, name));
+  const missing = files.filter((path) => !existsSync(path));
+  if (missing.length > 0) {
+    console.log(`missing ${missing.join(", ")} (fetch the model with \`specgate models fetch qwen3-vocab\`)`);
+    process.exit(2);
+  }
+  const [json, config] = files.map((path) => JSON.parse(readFileSync(path, "utf8")));
+  return new Tokenizer(json, config);
+}
+
+const tokenizer = loadTokenizer(modelDir("qwen3-vocab"));
+const hex = (bytes) => Buffer.from(bytes).toString("hex");
+const utf8 = (text) => Buffer.from(text, "utf8");
+
+function decodeOrError(ids) {
+  try {
+    return tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  } catch (error) {
+    return `<error: ${error.message}>`;
+  }
+}
+
+const DIVERGENCES = [
+  {
+    name: "decode answers U+FFFD for a token that is a lone UTF-8 byte (decode group, token-121)",
+    got: () => hex(utf8(decodeOrError([121]))),
+    reference: "bd", // llama.cpp via llama-cpp-python 0.3.36: detokenize([121]) == b"\xbd"
+  },
+  {
+    name: "decode answers U+FFFD for a piece ending inside a UTF-8 character (decode group, token-1683)",
+    got: () => hex(utf8(decodeOrError([1683]))),
+    reference: "20c3", // llama.cpp via llama-cpp-python 0.3.36: detokenize([1683]) == b" \xc3"
+  },
+  {
+    name: "decode of no ids throws instead of answering the empty string (refused, ws-empty)",
+    got: () => decodeOrError([]),
+    reference: "", // HF tokenizers 0.23.3: decode([]) == "" (llama-cpp-python 0.3.36: b"")
+  },
+  {
+    name: "no switch leaves control tokens as text: HF's encode_special_tokens / split_special_tokens are ignored (parse_special=false refused)",
+    got: () =>
+      JSON.stringify(
+        tokenizer.encode("<|im_end|>", { add_special_tokens: false, encode_special_tokens: true, split_special_tokens: true }).ids,
+      ),
+    reference: "[27,91,318,6213,91,29]", // HF tokenizers 0.23.3 with encode_special_tokens = True (llama.cpp, special=False: same ids)
+  },
+];
+
+let allReproduce = true;
+for (const { name, got, reference } of DIVERGENCES) {
+  const engine = got();
+  const reproduces = engine !== reference;
+  allReproduce &&= reproduces;
+  console.log(`${reproduces ? "REPRODUCES" : "GONE"}: ${name}: engine ${JSON.stringify(engine)}, reference ${JSON.stringify(reference)}`);
+}
+process.exit(allReproduce ? 0 : 1);
