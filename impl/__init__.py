@@ -1,1 +1,10 @@
-"""Engine adapters: the protocol, the registry, and one adapter per engine kind."""
+"""Engine adapters: the protocol every engine speaks (``protocol``), the ``--impl``
+registry, and one package per kind of adapter:
+
+* ``process/`` — an engine in another process over JSON lines (client, server, wire);
+* ``http/`` — a running inference server, one module per server flavour;
+* ``hf/``, ``llamacpp/``, ``text/`` — the independent references that write snapshots;
+* ``oracle`` — specgate's own oracle behind the protocol.
+
+Nothing here imports the suite (``specgate``); see ARCHITECTURE.md.
+"""

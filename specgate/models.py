@@ -263,7 +263,15 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
         if not path.is_file():
             raise ModelError(f"--model {spec!r}: no such GGUF file")
         digest = _file_sha256_cached(path)
-        return ModelRef(id=path.stem, gguf=path, sha256=digest, role="user", extra=gguf_holds(path))
+        holds = gguf_holds(path)
+        return ModelRef(
+            id=path.stem,
+            gguf=path,
+            sha256=digest,
+            role="user",
+            extra=holds,
+            weights=holds.get("weights", False),
+        )
     raise ModelError(
         f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf"
     )
@@ -312,7 +320,7 @@ def _tiny_ref(spec: str) -> ModelRef | None:
         raise ModelError(f"tiny model {spec!r} is not generated ({gguf}); run: specgate models tiny")
     digest = verify_tiny(spec)
     extra = {"architecture": tiny.FAMILIES[parsed[0]].arch, "tiny": True}
-    return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra)
+    return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra, loader="dequantized")
 
 
 def cached_models(manifest: dict[str, ModelEntry] | None = None) -> list[str]:
