@@ -8,3 +8,7 @@ registry, and one package per kind of adapter:
 
 Nothing here imports the suite (``specgate``); see ARCHITECTURE.md.
 """
+
+#: The project's version (pyproject.toml's), kept at the lowest layer that reports it
+#: (the oracle adapter's ``version()``); ``specgate.__version__`` is this one.
+__version__ = "0.1.0"
