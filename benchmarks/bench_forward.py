@@ -60,7 +60,7 @@ def run_oracle_streaming(path: Path, prefill: list[int], n_decode: int) -> dict[
 def run_transformers(path: Path, prefill: list[int], n_decode: int) -> dict[str, float]:
     import torch
 
-    from impl.hf_forward import load_transformers_gguf
+    from impl.hf.forward import load_transformers_gguf
 
     torch.set_num_threads(THREADS)
     t = time.perf_counter()
@@ -83,7 +83,7 @@ def run_llamacpp(path: Path, prefill: list[int], n_decode: int) -> dict[str, flo
     """Through specgate's llama.cpp adapter (its context settings: n_ctx 4096, logits for all positions)."""
     import numpy as np
 
-    from impl.llamacpp import LlamaCppEngine
+    from impl.llamacpp.engine import LlamaCppEngine
     from specgate.models import model_ref
 
     t = time.perf_counter()

@@ -81,8 +81,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=200_000)
     args = parser.parse_args()
 
-    from impl.llamacpp import LlamaCppEngine
-    from impl.references import TiktokenEngine
+    from impl.llamacpp.engine import LlamaCppEngine
+    from impl.text.engines import TiktokenEngine
     from oracle.tokenizer import Tokenizer
     from specgate.models import model_ref
 

@@ -75,7 +75,7 @@ class OracleEngine(Engine):
     classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights
 
     def version(self) -> str:
-        from specgate import __version__
+        from impl import __version__
 
         return __version__
 

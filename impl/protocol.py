@@ -8,7 +8,7 @@ tiktoken, CPython ``regex``) are adapters too; only adapters with
 
 Values crossing this boundary are plain data (str, bytes, int lists, dicts of
 JSON-able values, numpy arrays for logits) so that the same calls can travel over
-the JSON-lines process protocol (``impl.cmd``) and HTTP (``impl.http``).
+the JSON-lines process protocol (``impl.process.client``) and HTTP (``impl.http.engine``).
 """
 
 from __future__ import annotations
@@ -33,12 +33,25 @@ CAPABILITIES: tuple[str, ...] = (
 CONFORMANCE_CLASSES: tuple[str, ...] = ("exact", "quantized")
 
 
+LOADERS: tuple[str, ...] = ("transformers", "dequantized")
+
+
 @dataclass(frozen=True)
 class ModelRef:
-    """What an adapter is told about a model: where its files are, nothing more.
+    """What an adapter is told about a model: where its files are and what they hold.
 
     ``gguf`` is always set. ``tokenizer_json`` / ``tokenizer_config`` are set when
     the model ships HF tokenizer files; ``tiktoken`` when it ships tiktoken ranks.
+
+    ``weights``: the GGUF holds tensors, so a forward pass can run on it. Left unset
+    it is what the role says (a ``full-weights`` model has them, the others not);
+    a user's GGUF says it from the file's header.
+
+    ``loader``: how a transformers reference builds the model from those weights —
+    ``transformers``, its own GGUF loader (independent tensor naming and config
+    mapping; the published models), or ``dequantized``, gguf-py's dequantization
+    mapped to transformers' names (the generated tiny models, where transformers'
+    loader would spend a minute per file parsing the 150k vocabulary).
     """
 
     id: str
@@ -49,15 +62,19 @@ class ModelRef:
     tokenizer_config: Path | None = None
     tiktoken: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    weights: bool | None = None  # None: from the role; a bool once constructed
+    loader: str = "transformers"
+
+    def __post_init__(self) -> None:
+        if self.weights is None:
+            object.__setattr__(self, "weights", self.role == "full-weights")
+        if self.loader not in LOADERS:
+            raise ValueError(f"model {self.id!r}: loader {self.loader!r} is not one of {', '.join(LOADERS)}")
 
 
 def has_weights(model: ModelRef) -> bool:
-    """Whether ``model``'s GGUF holds weights (a forward pass can run on it): a
-    full-weights or tiny model, or a user's GGUF whose file holds tensors
-    (``extra["weights"]``, read from the file's header when its ref was made)."""
-    if model.role == "user":
-        return bool(model.extra.get("weights"))
-    return model.role == "full-weights" or model.id.startswith("tiny-")
+    """Whether ``model``'s GGUF holds weights (a forward pass can run on it)."""
+    return bool(model.weights)
 
 
 class EngineError(Exception):

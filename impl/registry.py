@@ -18,10 +18,10 @@ from impl.protocol import Engine
 
 BUILTINS: dict[str, str] = {
     "oracle": "impl.oracle:OracleEngine",
-    "hf": "impl.hf:HFEngine",
-    "llamacpp": "impl.llamacpp:LlamaCppEngine",
-    "regex": "impl.references:RegexSplitter",
-    "tiktoken": "impl.references:TiktokenEngine",
+    "hf": "impl.hf.engine:HFEngine",
+    "llamacpp": "impl.llamacpp.engine:LlamaCppEngine",
+    "regex": "impl.text.engines:RegexSplitter",
+    "tiktoken": "impl.text.engines:TiktokenEngine",
 }
 ENTRY_POINT_GROUP = "specgate.impls"
 
@@ -47,11 +47,11 @@ def _load_class(target: str) -> type[Engine]:
 def resolve(spec: str) -> Engine:
     """Build the adapter named by ``spec`` (see module docstring)."""
     if spec.startswith("cmd:"):
-        from impl.cmd import CmdEngine
+        from impl.process.client import CmdEngine
 
         return CmdEngine(spec[len("cmd:") :])
     if spec.startswith("http:"):
-        from impl.http import HttpEngine
+        from impl.http.engine import HttpEngine
 
         return HttpEngine(spec[len("http:") :])
     if spec in BUILTINS:

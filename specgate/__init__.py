@@ -1,3 +1,5 @@
 """specgate: the suite around the oracle — models cache, snapshots, gates, reports, CLI."""
 
-__version__ = "0.1.0"
+from impl import __version__  # the one version number (impl, the lowest layer reporting it)
+
+__all__ = ["__version__"]

@@ -117,7 +117,7 @@ def _export(ids: list[str], manifest: dict) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from impl.serve import serve
+    from impl.process.server import serve
 
     return serve(args.impl)
 

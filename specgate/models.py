@@ -25,6 +25,7 @@ from typing import Any
 
 from impl import protocol
 from impl.protocol import ModelRef
+from specgate import tiny_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -208,9 +209,7 @@ def verify_entry(entry: ModelEntry, full: bool = False) -> str:
 
 def verify_tiny(model_id: str, full: bool = False) -> str:
     """Check a generated tiny model against the sha256 ``specgate models tiny`` recorded."""
-    from specgate import tiny
-
-    gguf = tiny.gguf_path(model_id)
+    gguf = tiny_gguf(model_id)
     return verify_file(gguf, sidecar_sha256(gguf), model_id, "specgate models tiny", full=full)
 
 
@@ -263,7 +262,15 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
         if not path.is_file():
             raise ModelError(f"--model {spec!r}: no such GGUF file")
         digest = _file_sha256_cached(path)
-        return ModelRef(id=path.stem, gguf=path, sha256=digest, role="user", extra=gguf_holds(path))
+        holds = gguf_holds(path)
+        return ModelRef(
+            id=path.stem,
+            gguf=path,
+            sha256=digest,
+            role="user",
+            extra=holds,
+            weights=holds.get("weights", False),
+        )
     raise ModelError(
         f"unknown model {spec!r}; manifest ids: {', '.join(manifest)}; or pass a path to a .gguf"
     )
@@ -271,9 +278,7 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
 
 def is_known_id(model_id: str) -> bool:
     """Whether ``model_id`` names a manifest model or a tiny one (cached or not)."""
-    from specgate import tiny
-
-    return model_id in load_manifest() or tiny.parse_id(model_id) is not None
+    return model_id in load_manifest() or tiny_specs.parse_id(model_id) is not None
 
 
 def has_weights(model: ModelRef) -> bool:
@@ -302,17 +307,15 @@ def gguf_holds(path: Path) -> dict[str, bool]:
 
 def _tiny_ref(spec: str) -> ModelRef | None:
     """The generated tiny model ``spec`` (``tiny-<family>-<type>``, see specgate.tiny), or None."""
-    from specgate import tiny
-
-    parsed = tiny.parse_id(spec)
+    parsed = tiny_specs.parse_id(spec)
     if parsed is None:
         return None
-    gguf = tiny.gguf_path(spec)
+    gguf = tiny_gguf(spec)
     if not gguf.exists():
         raise ModelError(f"tiny model {spec!r} is not generated ({gguf}); run: specgate models tiny")
     digest = verify_tiny(spec)
-    extra = {"architecture": tiny.FAMILIES[parsed[0]].arch, "tiny": True}
-    return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra)
+    extra = {"architecture": tiny_specs.FAMILIES[parsed[0]].arch, "tiny": True}
+    return ModelRef(id=spec, gguf=gguf, sha256=digest, role="full-weights", extra=extra, loader="dequantized")
 
 
 def cached_models(manifest: dict[str, ModelEntry] | None = None) -> list[str]:
@@ -323,6 +326,9 @@ def cached_models(manifest: dict[str, ModelEntry] | None = None) -> list[str]:
 
 def cached_tiny_models() -> list[str]:
     """The generated tiny models present in the cache (``specgate models tiny``)."""
-    from specgate import tiny
+    return [m for m in tiny_specs.model_ids() if tiny_gguf(m).exists()]
 
-    return [m for m in tiny.model_ids() if tiny.gguf_path(m).exists()]
+
+def tiny_gguf(model_id: str) -> Path:
+    """Where the generated tiny model ``model_id`` lives in the cache."""
+    return model_dir(model_id) / f"{model_id}.gguf"

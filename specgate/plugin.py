@@ -18,7 +18,7 @@ blamed on the engine.
 from __future__ import annotations
 
 import os
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
+from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
 #: judged in two classes (see PROTOCOL.md, "Conformance classes").
@@ -102,17 +103,6 @@ def add_snapshot_dir_option(group: Any) -> None:
 
 # ---------------------------------------------------------------------------
 # the session object
-
-
-@dataclass
-class GateRecord:
-    stage: str  # a gate stage, or "<stage>/<class>" for the classed stages
-    model: str
-    outcome: str
-    nodeid: str
-    message: str = ""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    case: str = ""  # the snapshot/corpus case id, when the gate has one (to replay it)
 
 
 class AnswerCache:
@@ -559,30 +549,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 # ---------------------------------------------------------------------------
 # the run verdict and the matrix
-
-
-def run_verdict(records: list[GateRecord]) -> list[str]:
-    """Why the run fails beyond its failing cases: a (stage, model) row the engine
-    answered only with refusals and errors (a declared stage must be answered), and
-    a run in which no case passed at all. Empty when neither holds."""
-    problems = []
-    rows: dict[tuple[str, str], Counter[str]] = {}
-    for r in records:
-        rows.setdefault((r.stage, r.model), Counter())[r.outcome] += 1
-    for (stage, model), counts in sorted(rows.items()):
-        if counts["pass"] == 0 and counts["refused"] > 0:
-            problems.append(
-                f"{stage} · {model}: no case passed; {counts['refused']} refused, {counts['error']} errors "
-                f"(a declared stage answered only by refusals and errors fails)"
-            )
-    if records and not any(r.outcome == "pass" for r in records):
-        gated = Counter(r.outcome for r in records)
-        problems.append(
-            "no case passed in the whole run ("
-            + ", ".join(f"{n} {o}" for o, n in sorted(gated.items()))
-            + "): nothing was shown to conform"
-        )
-    return problems
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

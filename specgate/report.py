@@ -230,7 +230,7 @@ def check_shards(paths: list[Path], payloads: list[dict[str, Any]]) -> None:
 def merge(paths: list[Path]) -> MergedRun:
     """One run from its shards' JSON reports: their cases joined, the run verdict recomputed
     (a stage answered only by refusals fails whichever shards its cases ran in)."""
-    from specgate.plugin import GateRecord, run_verdict
+    from specgate.verdict import GateRecord, run_verdict
 
     if not paths:
         raise MergeError("no report to merge")

@@ -321,7 +321,8 @@ def test_a_damaged_tiny_model_is_refused_with_the_command_that_regenerates_it(ca
     gguf.parent.mkdir(parents=True)
     shutil.copyfile(pristine / ENTRY.file, gguf)
     gguf.with_name(gguf.name + ".sha256").write_text(PIN + "\n")
-    assert model_cache.model_ref(TINY).sha256 == PIN
+    ref = model_cache.model_ref(TINY)
+    assert (ref.sha256, ref.weights, ref.loader) == (PIN, True, "dequantized")  # what adapters load by
 
     _flip_byte(gguf)
     with pytest.raises(ModelError) as err:

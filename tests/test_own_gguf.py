@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from impl import lifeline
+from impl.process import lifeline
 from oracle.gguf import open_gguf
 from specgate import models as model_cache
 from specgate.plugin import model_missing

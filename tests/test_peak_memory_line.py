@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from impl import lifeline
+from impl.process import lifeline
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_BYTES = 400_000_000

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from impl import lifeline
+from impl.process import lifeline
 from specgate import cli, shard
 from specgate.plugin import model_missing
 from specgate.report import report_stem

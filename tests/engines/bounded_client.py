@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import impl.cmd
-import impl.http  # noqa: F401  (both adapters are loaded before the baseline is taken)
 from impl.protocol import EngineError, ModelRef, Unsupported
 from impl.registry import resolve
 

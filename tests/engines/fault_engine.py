@@ -35,8 +35,8 @@ from typing import IO, Any
 
 import numpy as np
 
+from impl.process.server import _claim_stdout, serve
 from impl.protocol import Engine, ModelRef, Unsupported
-from impl.serve import _claim_stdout, serve
 
 MIB = 1 << 20
 

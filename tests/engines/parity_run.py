@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from impl import lifeline
+from impl.process import lifeline
 
 ROOT = Path(__file__).resolve().parents[2]
 

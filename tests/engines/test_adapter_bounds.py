@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 
-from impl import lifeline
-from impl.cmd import MAX_LINE_BYTES
-from impl.http import MAX_BODY_BYTES, HttpEngine
+from impl.http.engine import HttpEngine
+from impl.http.transport import MAX_BODY_BYTES
+from impl.process import lifeline
+from impl.process.client import MAX_LINE_BYTES
 from impl.protocol import EngineError
 
 HERE = Path(__file__).resolve().parent

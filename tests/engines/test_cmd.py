@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from impl.cmd import CmdEngine
+from impl.process.client import CmdEngine
 from impl.protocol import CAPABILITIES, Engine, EngineError, ModelRef, Unsupported
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")

@@ -16,7 +16,7 @@ GGUF_ONLY_MODEL = "tiny-qwen3-f32"  # ships no tokenizer.json / tokenizer_config
 
 
 def test_tokenizer_and_render_stages_share_one_transformers_tokenizer(monkeypatch):
-    from impl.hf import HFEngine
+    from impl.hf.engine import HFEngine
 
     try:
         model = get_model(GGUF_ONLY_MODEL)

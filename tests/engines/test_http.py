@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from impl import lifeline
-from impl.http import HttpEngine
+from impl.http.engine import HttpEngine
+from impl.process import lifeline
 from impl.protocol import EngineError, ModelRef, Unsupported
 from specgate import models as model_cache
 from specgate.plugin import model_missing

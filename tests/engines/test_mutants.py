@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from impl import lifeline
+from impl.process import lifeline
 from specgate import models as model_cache
 from specgate.plugin import model_missing
 from tests.engines.parity_run import run_parity, script_impl

@@ -1,7 +1,7 @@
 """Engines and servers a test run starts die with it, even when it is killed outright.
 
 A real pytest run (a subprocess) starts an engine through the ``cmd`` adapter and
-a server through ``impl.lifeline.spawn`` (what the http tests' llama-cpp-python
+a server through ``impl.process.lifeline.spawn`` (what the http tests' llama-cpp-python
 server fixture uses); neither reads its stdin, so neither would notice the run's
 end by itself. The run is then ``SIGKILL``-ed, as the kernel's OOM killer does, and
 no process carrying the run's marker may remain.
@@ -31,8 +31,8 @@ INNER_TEST = textwrap.dedent(
     import os, shlex, subprocess, sys, time
     from pathlib import Path
 
-    from impl import lifeline
-    from impl.cmd import CmdEngine
+    from impl.process import lifeline
+    from impl.process.client import CmdEngine
 
 
     def test_start_an_engine_and_a_server_then_wait():

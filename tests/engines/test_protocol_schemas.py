@@ -18,11 +18,11 @@ import jsonschema
 import numpy as np
 import pytest
 
-from impl import schema, wire
-from impl.cmd import CmdEngine
 from impl.oracle import OracleEngine
+from impl.process import schema, wire
+from impl.process.client import CmdEngine
+from impl.process.server import handle, serve
 from impl.protocol import CAPABILITIES, EngineError, ModelRef
-from impl.serve import handle, serve
 from tests.engines.fault_engine import ToyEngine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_protocol_md_op_table_lists_exactly_the_ops_with_request_and_result_sche
         f"ops in PROTOCOL.md without a result schema, or the reverse: {documented ^ results}"
     )
     assert documented == set(wire.OPS), (
-        f"PROTOCOL.md's ops and impl.wire.OPS differ: {documented ^ set(wire.OPS)}"
+        f"PROTOCOL.md's ops and impl.process.wire.OPS differ: {documented ^ set(wire.OPS)}"
     )
 
 
@@ -90,11 +90,11 @@ def test_protocol_md_request_fields_match_the_schema(op: str) -> None:
 
 
 def test_protocol_md_tables_are_the_generated_ones() -> None:
-    """Regenerate with ``python -m impl.schema --write PROTOCOL.md``."""
+    """Regenerate with ``python -m impl.process.schema --write PROTOCOL.md``."""
     sections = schema.marked_sections(PROTOCOL_MD.read_text(encoding="utf-8"))
     for name, table in schema.generated_tables().items():
         assert sections.get(name) == table, (
-            f"PROTOCOL.md's {name!r} table is stale; run python -m impl.schema --write PROTOCOL.md"
+            f"PROTOCOL.md's {name!r} table is stale; run python -m impl.process.schema --write PROTOCOL.md"
         )
 
 
@@ -114,6 +114,29 @@ def test_served_handshake_follows_the_schema() -> None:
     assert "handshake.schema.json#/properties/classes/items/enum" in schema.problem(
         "handshake.schema.json", bad
     )
+
+
+def test_a_model_carries_what_it_holds_across_the_wire() -> None:
+    """An engine behind ``specgate engine`` picks weights and loaders from the model
+    object, as an in-process adapter does: ``weights`` and ``loader`` travel, follow the
+    schema, and a model from an older client (without them) reads them from its role."""
+    tiny = ModelRef("any-name", Path("/models/t.gguf"), "ab" * 32, role="full-weights", loader="dequantized")
+    user = ModelRef("mine", Path("/models/u.gguf"), "cd" * 32, role="user", weights=True)
+    for model in (tiny, user, TOY_MODEL):
+        sent = wire.model_to_wire(model)
+        assert schema.problem("model.schema.json", sent) is None
+        back = wire.model_from_wire(sent)
+        assert (back.weights, back.loader) == (model.weights, model.loader)
+    assert (tiny.weights, user.weights, user.loader) == (True, True, "transformers")
+    old_client = {"id": "v", "gguf": "/models/v.gguf", "sha256": "ef" * 32, "role": "vocab-only"}
+    assert (wire.model_from_wire(old_client).weights, wire.model_from_wire(old_client).loader) == (
+        False,
+        "transformers",
+    )
+    with pytest.raises(wire.WireError, match="a model's 'weights' must be a bool"):
+        wire.model_from_wire({**old_client, "weights": "yes"})
+    with pytest.raises(ValueError, match="loader 'fast' is not one of transformers, dequantized"):
+        ModelRef("x", Path("/x.gguf"), "0" * 64, loader="fast")
 
 
 # --- the oracle's answers follow the schemas ------------------------------------------------

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from impl.references import RegexSplitter
+from impl.text.engines import RegexSplitter
 from oracle.tokenizer import Tokenizer
 from specgate.plugin import get_model
 from tests.hypothesis_budget import examples

@@ -81,9 +81,9 @@ def test_record_logits(request, snapshot, reference, forward_model_id):
 
 @pytest.mark.slow
 def test_dequantized_loader_matches_transformers_gguf(reference):
-    """The tiny models' transformers reference is built by ``impl.hf_forward.load_dequantized``
+    """The tiny models' transformers reference is built by ``impl.hf.forward.load_dequantized``
     (fast); it must give the logits transformers' own GGUF loader gives on the same file."""
-    from impl import hf_forward
+    from impl.hf import forward as hf_forward
     from specgate import models
 
     reference("hf")  # skips unless --live-references

@@ -45,7 +45,7 @@ def _sha256(text: str) -> str:
 
 
 def reference_renders(hf, model) -> dict:
-    from impl.hf_render import template_error
+    from impl.hf.render import template_error
 
     cases = {}
     for case_id, case in render_corpus.render_cases().items():
@@ -75,7 +75,7 @@ def test_record_render(request, snapshot, reference, model, model_id):
 
 
 def test_record_template_identity(request, snapshot, reference, model, model_id):
-    from impl import llamacpp_render
+    from impl.llamacpp import render as llamacpp_render
 
     hf, llama = reference("hf"), reference("llamacpp")
     gguf_template = llamacpp_render.model_template(llama.llama(model, vocab_only=True)).decode("utf-8")
@@ -108,7 +108,7 @@ def test_record_template_identity(request, snapshot, reference, model, model_id)
 
 
 def test_record_constructs(request, snapshot, reference):
-    from impl.hf_render import template_error
+    from impl.hf.render import template_error
 
     if snapshots.root_of(request.config) != snapshots.SNAPSHOT_ROOT:
         pytest.skip("the construct templates belong to the repository's snapshots, not a --snapshot-dir")

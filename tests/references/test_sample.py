@@ -3,7 +3,7 @@ windows of each full-weights model and on crafted logit vectors, over the
 parameter grid of corpus/sampler/.
 
 The reference is the *documented* chain built from llama.cpp's samplers
-(``impl.llamacpp_sampler``, flavour ``documented``). Each case also says whether
+(``impl.llamacpp.sampler``, flavour ``documented``). Each case also says whether
 llama.cpp's own samplers (``native``) give a different result, and why — that
 is the report of where the documented chain and llama.cpp's defaults differ.
 """
@@ -89,7 +89,7 @@ def crafted_cases() -> dict[str, tuple[dict[str, Any], dict[str, Any], float]]:
 
 
 def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> dict[str, Any]:
-    from impl import llamacpp_sampler
+    from impl.llamacpp import sampler as llamacpp_sampler
 
     x = sampling.logits_of({"logits": logits})
     full = llamacpp_sampler.run_chain(x, params, documented=True)

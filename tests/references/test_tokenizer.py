@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from impl import llamacpp_tokenizer
+from impl.llamacpp import tokenizer as llamacpp_tokenizer
 from impl.protocol import Unsupported
-from impl.references import RegexSplitter
+from impl.text.engines import RegexSplitter
 from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
 from specgate.gate import first_difference, first_divergence

@@ -14,8 +14,8 @@ import os
 import sys
 
 from impl.oracle import OracleEngine
+from impl.process.server import serve
 from impl.protocol import Unsupported
-from impl.serve import serve
 
 
 class CrashOnRefusal(OracleEngine):

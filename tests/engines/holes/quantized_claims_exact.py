@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from impl.oracle import OracleEngine
-from impl.serve import serve
+from impl.process.server import serve
 
 NOISE = 0.05
 

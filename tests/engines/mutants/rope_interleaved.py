@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from impl.serve import serve
+from impl.process.server import serve
 from oracle import rope
 
 

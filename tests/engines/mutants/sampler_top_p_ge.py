@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from impl.serve import serve
+from impl.process.server import serve
 from oracle import sampler
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from impl.serve import serve
+from impl.process.server import serve
 from oracle import decode_loop
 
 _last_piece = [b""]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from impl.serve import serve
+from impl.process.server import serve
 from oracle import template
 
 

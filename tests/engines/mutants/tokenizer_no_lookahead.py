@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from impl.serve import serve
+from impl.process.server import serve
 from oracle import pretokenize
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from impl.protocol import ModelRef, Unsupported
 
-CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 
 # GGUF value type -> size in bytes of a scalar; 8 = string, 9 = array.
 _SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}

@@ -5,9 +5,9 @@ The process is started once per session (lazily, on the first request) and reuse
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). What an engine writes is held in
-bounded amounts only (``impl.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr,
+bounded amounts only (``impl.process.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr,
 kept for error messages, and one stdout line of at most
-``SPECGATE_CMD_MAX_LINE_BYTES``. The process is tied to ours (``impl.lifeline``):
+``SPECGATE_CMD_MAX_LINE_BYTES``. The process is tied to ours (``impl.process.lifeline``):
 it dies with us even when we are killed outright.
 
 A crash, a hang past the deadline, a malformed or overlong line, a response
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from impl import lifeline, pipes, schema, wire
 from impl.envvars import env_count, env_seconds
+from impl.process import lifeline, pipes, schema, wire
 from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 
 STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message

@@ -1,9 +1,9 @@
 """Greedy generation with transformers: ``model.generate(do_sample=False)`` on the
-model the forward stage loads (``impl.hf_forward``: the GGUF's weights in float32),
+model the forward stage loads (``impl.hf.forward``: the GGUF's weights in float32),
 stopping at the ids transformers' config and tokenizer give for eos and
 ``<|im_end|>``. The raw logits of every step are kept for the top-2 margins.
 
-Greedy only, without stop strings (see ``impl.llamacpp_generate.check_greedy``).
+Greedy only, without stop strings (see ``impl.llamacpp.generate.check_greedy``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from impl.llamacpp_generate import check_greedy, top_logits
+from impl.llamacpp.generate import check_greedy, top_logits
 
 
 def stop_ids(lm: Any, tokenizer: Any) -> list[int]:

@@ -5,7 +5,7 @@ One schema per request (``protocol/requests/<op>.schema.json``) and per result
 response envelope, the model reference and the value encodings they share. The
 same files drive the ``cmd`` client (every answer is validated before it is
 decoded), ``specgate engine`` (every result is validated before it is sent) and
-PROTOCOL.md's tables (``python -m impl.schema`` prints them; a test keeps the
+PROTOCOL.md's tables (``python -m impl.process.schema`` prints them; a test keeps the
 document and the files in agreement).
 
 Validation works on the wire form (``$bytes``/``$array``/``$dict`` still
@@ -27,7 +27,7 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
-PROTOCOL_DIR = Path(__file__).resolve().parent.parent / "protocol"
+PROTOCOL_DIR = Path(__file__).resolve().parents[2] / "protocol"
 BASE_URI = "https://specgate.example/protocol/"
 VALUE_SHOWN = 120  # characters of an offending value quoted in a message
 
@@ -198,7 +198,7 @@ def _marker_names(text: str) -> Iterable[str]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m impl.schema [--write PROTOCOL.md]``: print the generated tables, or
+    """``python -m impl.process.schema [--write PROTOCOL.md]``: print the generated tables, or
     rewrite them in place between their markers."""
     tables = generated_tables()
     if argv[:1] == ["--write"] and len(argv) == 2:
@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
         path.write_text(text, encoding="utf-8")
         return 0
     if argv:
-        print("usage: python -m impl.schema [--write PROTOCOL.md]", file=sys.stderr)
+        print("usage: python -m impl.process.schema [--write PROTOCOL.md]", file=sys.stderr)
         return 2
     for name, table in tables.items():
         print(f"<!-- schema:{name} -->\n{table}\n<!-- /schema:{name} -->\n")

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from impl import schema, wire
+from impl.process import schema, wire
 from impl.protocol import Engine, Unsupported
 from impl.registry import UnknownImpl, resolve
 

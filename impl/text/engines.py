@@ -20,7 +20,7 @@ class RegexSplitter(Engine):
         return f"regex {version('regex')}"
 
     def split(self, model: ModelRef, text: str) -> list[str]:
-        from impl.reference_tokenizer import split_pattern
+        from impl.text.inputs import split_pattern
 
         return split_pattern(model).findall(text)
 
@@ -39,7 +39,7 @@ class TiktokenEngine(Engine):
         return f"tiktoken {version('tiktoken')}"
 
     def _encoding(self, model: ModelRef) -> Any:
-        from impl.reference_tokenizer import tiktoken_encoding
+        from impl.text.inputs import tiktoken_encoding
 
         if model.id not in self._encodings:
             self._encodings[model.id] = tiktoken_encoding(model)

@@ -1,5 +1,5 @@
 """The value encoding of the JSON-lines process protocol (PROTOCOL.md), shared by
-the client (``impl.cmd``) and the server (``impl.serve``).
+the client (``impl.process.client``) and the server (``impl.process.server``).
 
 JSON has no byte strings, no float arrays and only string object keys, while the
 adapter protocol passes all three. One rule per kind keeps the wire text-only and
@@ -159,6 +159,8 @@ def model_to_wire(model: ModelRef) -> dict[str, Any]:
         "gguf": str(model.gguf),
         "sha256": model.sha256,
         "role": model.role,
+        "weights": bool(model.weights),
+        "loader": model.loader,
     }
     for name in ("tokenizer_json", "tokenizer_config", "tiktoken"):
         if getattr(model, name) is not None:
@@ -181,7 +183,18 @@ def model_from_wire(data: Any) -> ModelRef:
         tokenizer_json=path("tokenizer_json"),
         tokenizer_config=path("tokenizer_config"),
         tiktoken=path("tiktoken"),
+        weights=_optional(data, "weights", bool),
+        loader=_optional(data, "loader", str) or "transformers",
     )
+
+
+def _optional(data: dict[str, Any], name: str, kind: type) -> Any:
+    """``data[name]`` if present (None if not), refused unless it is a ``kind``
+    (fields later protocol versions added: older clients leave them out)."""
+    value = data.get(name)
+    if value is not None and not isinstance(value, kind):
+        raise WireError(f"a model's {name!r} must be a {kind.__name__}; got {str(value)[:200]}")
+    return value
 
 
 def dumps(message: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ class HFEngine(Engine):
 
     # --- metadata stage -------------------------------------------------------
     def metadata(self, model: ModelRef) -> dict[str, Any]:
-        from impl.hf_config import metadata_from_transformers
+        from impl.hf.config import metadata_from_transformers
 
         return self._memo("metadata", model, lambda: metadata_from_transformers(model))
 
@@ -45,7 +45,7 @@ class HFEngine(Engine):
     def _gguf_tokenizer(self, model: ModelRef) -> Any:
         """transformers' tokenizer built from the GGUF: loaded (or refused) once per model,
         shared by the tokenizer and render stages."""
-        from impl import hf_tokenizer
+        from impl.hf import tokenizer as hf_tokenizer
 
         loaded = self._memo(
             "gguf_tokenizer", model, lambda: hf_tokenizer.or_refusal(lambda: hf_tokenizer.from_gguf(model))
@@ -53,7 +53,7 @@ class HFEngine(Engine):
         return hf_tokenizer.unwrap(loaded)
 
     def _tokenizer(self, model: ModelRef) -> Any:
-        from impl import hf_tokenizer
+        from impl.hf import tokenizer as hf_tokenizer
 
         loaded = self._memo(
             "tokenizer",
@@ -65,12 +65,12 @@ class HFEngine(Engine):
         return hf_tokenizer.unwrap(loaded)
 
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        from impl import hf_tokenizer
+        from impl.hf import tokenizer as hf_tokenizer
 
         return hf_tokenizer.encode(self._tokenizer(model), text, parse_special)
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        from impl import hf_tokenizer
+        from impl.hf import tokenizer as hf_tokenizer
 
         return hf_tokenizer.decode(self._tokenizer(model), ids)
 
@@ -82,7 +82,7 @@ class HFEngine(Engine):
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> str:
-        from impl import hf_render
+        from impl.hf import render as hf_render
 
         tok = self._memo(
             "chat_tokenizer", model, lambda: hf_render.load(model, lambda: self._gguf_tokenizer(model))
@@ -90,19 +90,24 @@ class HFEngine(Engine):
         return hf_render.render(tok, messages, add_generation_prompt, **kwargs)
 
     def render_template(self, template: str, context: dict[str, Any]) -> str:
-        from impl import hf_render
+        from impl.hf import render as hf_render
 
         return hf_render.render_template(template, context)
 
     # --- forward stage (logits) ---------------------------------------------------
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         """transformers float32 logits on the GGUF's dequantized weights (model loaded once)."""
-        from impl import hf_forward
+        from impl.hf import forward as hf_forward
 
-        load = (
-            hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
-        )
-        return hf_forward.logits(self._memo("forward", model, lambda: load(model.gguf)), ids)
+        return hf_forward.logits(self._forward_model(model), ids)
+
+    def _forward_model(self, model: ModelRef) -> Any:
+        """transformers' model on the GGUF's f32 weights, built as ``model.loader`` says;
+        loaded once per session for the forward and generate stages."""
+        from impl.hf import forward as hf_forward
+
+        load = {"transformers": hf_forward.load_transformers_gguf, "dequantized": hf_forward.load_dequantized}
+        return self._memo("forward", model, lambda: load[model.loader](model.gguf))
 
     def release_forward(self, model: ModelRef) -> None:
         """Drop ``model``'s transformers weights (a session walking many models needs this)."""
@@ -111,11 +116,8 @@ class HFEngine(Engine):
     # --- sampler stage (sample / generate) ------------------------------------------
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         """Greedy only: transformers ``generate(do_sample=False)`` on the GGUF's f32 weights."""
-        from impl import hf_forward, hf_generate
+        from impl.hf import generate as hf_generate
 
         # the very model the forward stage loads (same memo: one load per session)
-        load = (
-            hf_forward.load_dequantized if model.id.startswith("tiny-") else hf_forward.load_transformers_gguf
-        )
-        lm = self._memo("forward", model, lambda: load(model.gguf))
+        lm = self._forward_model(model)
         return hf_generate.generate(lm, self._tokenizer(model), lambda t: self.decode(model, t), ids, params)

@@ -68,18 +68,18 @@ class LlamaCppEngine(Engine):
 
     # --- metadata stage -------------------------------------------------------
     def metadata(self, model: ModelRef) -> dict[str, Any]:
-        from impl.llamacpp_params import metadata_from_llamacpp
+        from impl.llamacpp.params import metadata_from_llamacpp
 
         return metadata_from_llamacpp(self, model)
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        from impl import llamacpp_tokenizer
+        from impl.llamacpp import tokenizer as llamacpp_tokenizer
 
         return llamacpp_tokenizer.encode(self.llama(model, vocab_only=True), text, parse_special)
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        from impl import llamacpp_tokenizer
+        from impl.llamacpp import tokenizer as llamacpp_tokenizer
 
         return llamacpp_tokenizer.decode(self.llama(model, vocab_only=True), ids)
 
@@ -93,7 +93,7 @@ class LlamaCppEngine(Engine):
     ) -> str:
         """``llama_chat_apply_template`` with the model's template (not Jinja: kwargs,
         tools and reasoning fields cannot be expressed and are not passed)."""
-        from impl import llamacpp_render
+        from impl.llamacpp import render as llamacpp_render
 
         template = llamacpp_render.model_template(self.llama(model, vocab_only=True))
         return llamacpp_render.apply_template(template, messages, add_generation_prompt)
@@ -101,7 +101,7 @@ class LlamaCppEngine(Engine):
     # --- forward stage (logits) ---------------------------------------------------
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         """llama.cpp's logits for every position of ``ids`` on the same GGUF."""
-        from impl import llamacpp_forward
+        from impl.llamacpp import forward as llamacpp_forward
 
         key = (str(model.gguf), False)
         if key not in self._models:  # logits_all keeps n_ctx × n_vocab floats: one such context at a time
@@ -118,12 +118,12 @@ class LlamaCppEngine(Engine):
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
         """llama.cpp's own samplers in the chain's order (no draw: its RNG is its own)."""
-        from impl.llamacpp_sampler import run_chain
+        from impl.llamacpp.sampler import run_chain
 
         return run_chain(logits, params, documented=False)
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         """Greedy only: llama.cpp's logits, argmax, its own end-of-generation ids."""
-        from impl import llamacpp_generate
+        from impl.llamacpp import generate as llamacpp_generate
 
         return llamacpp_generate.generate(self.llama(model, vocab_only=False), ids, params)

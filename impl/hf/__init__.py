@@ -1,0 +1,1 @@
+"""transformers / tokenizers as references: one module per stage behind ``engine.HFEngine``."""

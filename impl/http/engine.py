@@ -1,0 +1,149 @@
+"""``--impl 'http:<base url>'``: gate a running inference server through the endpoints
+servers in this ecosystem offer.
+
+The server's flavour is recognised by probing the base URL once; each flavour is one
+module over the shared client (``transport``):
+
+* **llama-cpp-python** (``llama_cpp_python``, found by its ``/openapi.json`` listing
+  ``/extras/tokenize``);
+* **llama.cpp server** (``llama_server``, found by ``/props``).
+
+Capabilities are what the server can answer faithfully:
+
+=============  ==================================  ===================================
+capability     llama-cpp-python                     llama.cpp server
+=============  ==================================  ===================================
+encode         yes (it always parses special        yes (``parse_special`` honoured)
+               tokens: ``parse_special=False`` is
+               declined when the text holds ``<``)
+decode         yes (the server answers text: ids    yes
+               whose bytes are not valid UTF-8 are
+               declined)
+render         no                                   ``/apply-template``
+logits         top-k log-probs per position         top-k per position
+               (``SPECGATE_HTTP_TOP_K``, default 64)
+generate       greedy, ids from the log-prob tokens  greedy
+=============  ==================================  ===================================
+
+A server speaks in log-probabilities of its top-k candidates, not logits. The
+``logits`` answer is therefore a ``[n, n_vocab]`` array that holds the top-k
+log-probabilities exactly and spreads the remaining probability mass evenly over
+the other ids: its softmax reproduces the server's top-k probabilities, so top-1
+agreement and KL over the top-k are measured exactly; nothing outside the top-k
+is claimed.
+
+A server serves one model: asking about another is declined (``Unsupported``)
+naming the model the server has. Transport failures (connection, HTTP 5xx, the
+whole-request deadline ``SPECGATE_HTTP_TIMEOUT``, the body bound
+``SPECGATE_HTTP_MAX_BODY_BYTES``) are ``EngineError`` (outcome ``error``), see
+``transport``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from impl.envvars import env_count
+from impl.http import vocab
+from impl.http.llama_cpp_python import LlamaCppPythonServer
+from impl.http.llama_server import LlamaServer
+from impl.http.transport import ClientError, HttpClient
+from impl.protocol import Engine, EngineError, ModelRef, Unsupported
+
+
+class HttpEngine(Engine):
+    name = "http"
+
+    def __init__(self, base_url: str, timeout: float | None = None, top_k: int | None = None):
+        self.client = HttpClient(base_url, timeout)
+        self.top_k = top_k if top_k is not None else env_count("SPECGATE_HTTP_TOP_K", 64, "candidates")
+        self._server: LlamaCppPythonServer | LlamaServer | None = None
+
+    @property
+    def base_url(self) -> str:
+        return self.client.base_url
+
+    def _probe(self) -> LlamaCppPythonServer | LlamaServer:
+        """The server's flavour, probed on first use."""
+        if self._server is None:
+            self._server = LlamaCppPythonServer.probe(self.client, self.top_k)
+        if self._server is None:
+            try:
+                self._server = LlamaServer.probe(self.client, self.top_k)
+            except ClientError as exc:
+                raise EngineError(
+                    f"http: {self.base_url} offers neither llama-cpp-python's /openapi.json nor "
+                    f"llama.cpp's /props (HTTP {exc.code})"
+                ) from None
+        return self._server
+
+    def _serving(self, model: ModelRef) -> LlamaCppPythonServer | LlamaServer:
+        """The server, if it serves ``model`` (or does not say which model it serves)."""
+        server = self._probe()
+        if server.served is not None:
+            served = Path(server.served)
+            if served.name != model.gguf.name and served.resolve() != model.gguf.resolve():
+                raise Unsupported(
+                    f"the server at {self.base_url} serves {server.served}, not {model.id} ({model.gguf}); "
+                    f"gate it with --model pointing at that file"
+                )
+        return server
+
+    # --- protocol surface --------------------------------------------------------------
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return self._probe().capabilities
+
+    def version(self) -> str:
+        return f"{self._probe().name} server at {self.base_url}"
+
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
+        return self._serving(model).encode(text, parse_special)
+
+    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
+        return self._serving(model).decode(ids)
+
+    def render(
+        self,
+        model: ModelRef,
+        messages: Sequence[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        server = self._serving(model)
+        if not add_generation_prompt or kwargs:
+            raise Unsupported(
+                "/apply-template always adds the generation prompt and takes no template variables"
+            )
+        return server.render(messages)
+
+    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+        server = self._serving(model)
+        n_vocab = len(vocab.texts(model.gguf))
+        rows = server.logit_rows(model, [int(i) for i in ids])
+        return np.stack([_spread(row, n_vocab) for row in rows])
+
+    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        server = self._serving(model)
+        greedy = float(params.get("temperature", 0.8)) < 1e-6 or int(params.get("top_k", 40)) == 1
+        if not greedy:
+            raise Unsupported("a server's random draws cannot be replayed; only greedy generation is gated")
+        max_tokens = int(params.get("max_tokens", 32))
+        stop = [s if isinstance(s, str) else bytes(s).decode("utf-8") for s in params.get("stop", [])]
+        new, text, reason = server.generate(model, ids, max_tokens, stop)
+        return {"ids": new, "bytes": text.encode("utf-8").hex(), "text": text, "finish_reason": reason}
+
+
+def _spread(top: dict[int, float], n_vocab: int) -> np.ndarray:
+    """A log-prob row holding ``top`` exactly; the rest of the mass spread evenly."""
+    mass = sum(math.exp(v) for v in top.values())
+    rest = max(1.0 - mass, 1e-30) / max(n_vocab - len(top), 1)
+    row = np.full(n_vocab, math.log(rest), dtype=np.float32)
+    for token, logprob in top.items():
+        row[token] = logprob
+    return row

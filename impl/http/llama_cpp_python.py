@@ -1,0 +1,151 @@
+"""llama-cpp-python's server (``python -m llama_cpp.server``), found by its
+``/openapi.json`` listing ``/extras/tokenize``: ``/extras/tokenize``,
+``/extras/detokenize``, ``/v1/completions`` with ``logprobs``/``echo``.
+
+It always parses special tokens (``parse_special=False`` is declined when the text
+holds ``<``); it answers detokenized text (ids whose bytes are not valid UTF-8 are
+declined); it has no chat-template endpoint. It names log-prob candidates by their
+text, not their id: texts are mapped back to ids through the GGUF's vocabulary, and a
+text several tokens share (e.g. the empty text of control tokens) cannot be mapped
+and is dropped. It takes prompts as text, so a prompt is spelled from the GGUF's
+vocabulary (control tokens written out) and sent only when the server's own
+tokenization of that text gives back exactly the ids (else declined). Its
+detokenizer (0.3.36) drops every piece longer than 32 bytes, which shows in
+``decode`` answers and candidate names — a finding about the server, passed on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from impl.http import vocab
+from impl.http.transport import GREEDY, NAME, ClientError, HttpClient
+from impl.protocol import EngineError, ModelRef, Unsupported
+
+
+class LlamaCppPythonServer:
+    name = "llama-cpp-python"
+    capabilities = frozenset({"encode", "decode", "logits", "generate"})
+
+    def __init__(self, client: HttpClient, top_k: int, served: str | None):
+        self.client, self.top_k, self.served = client, top_k, served
+
+    @classmethod
+    def probe(cls, client: HttpClient, top_k: int) -> LlamaCppPythonServer | None:
+        """The server at ``client``'s URL if it is llama-cpp-python's, else None."""
+        try:
+            paths = client.get("/openapi.json").get("paths", {})
+        except ClientError:
+            return None
+        if "/extras/tokenize" not in paths:
+            return None
+        models = client.get("/v1/models").get("data", [])
+        return cls(client, top_k, models[0]["id"] if models else None)
+
+    def encode(self, text: str, parse_special: bool) -> list[int]:
+        if not parse_special and "<" in text:
+            raise Unsupported("llama-cpp-python's /extras/tokenize always parses special tokens")
+        return [int(t) for t in self.client.post("/extras/tokenize", {"input": text})["tokens"]]
+
+    def decode(self, ids: Sequence[int]) -> bytes:
+        try:
+            answer = self.client.post("/extras/detokenize", {"tokens": [int(i) for i in ids]})
+        except EngineError as exc:
+            if "codec can't decode" in str(exc):
+                raise Unsupported(
+                    "the server answers detokenized text; these ids' bytes are not valid UTF-8 "
+                    "and cannot travel"
+                ) from None
+            raise
+        return answer["text"].encode("utf-8")
+
+    def render(self, messages: Sequence[dict[str, Any]]) -> str:
+        raise Unsupported("llama-cpp-python's server has no chat-template endpoint")
+
+    def logit_rows(self, model: ModelRef, ids: list[int]) -> list[dict[int, float]]:
+        """Top-k log-probs after each position. ``echo`` returns every position but the
+        first (the OpenAI shape leaves it null), so position 0 is asked on its own."""
+        rows: list[dict[int, float]] = []
+        first = self.client.post(
+            "/v1/completions",
+            {"prompt": self._prompt_text(model, ids[:1]), "max_tokens": 1, "logprobs": self.top_k, **GREEDY},
+        )
+        rows.append(self._by_id(model, first["choices"][0]["logprobs"]["top_logprobs"][0]))
+        if len(ids) > 1:
+            out = self.client.post(
+                "/v1/completions",
+                {
+                    "prompt": self._prompt_text(model, ids),
+                    "max_tokens": 1,
+                    "echo": True,
+                    "logprobs": self.top_k,
+                    **GREEDY,
+                },
+            )
+            tops = out["choices"][0]["logprobs"]["top_logprobs"]
+            rows += [self._by_id(model, tops[i]) for i in range(1, len(ids))]
+        return rows
+
+    def generate(
+        self, model: ModelRef, ids: Sequence[int], max_tokens: int, stop: list[str]
+    ) -> tuple[list[int | None], str, str]:
+        """Greedy continuation: (new ids, text, finish reason)."""
+        prompt = self._prompt_text(model, ids)
+        body = {"prompt": prompt, "max_tokens": max_tokens, "stop": stop or None, "logprobs": 1, **GREEDY}
+        choice = self.client.post("/v1/completions", body)["choices"][0]
+        new = [vocab.unique_id(model.gguf, t) for t in choice["logprobs"]["tokens"]]
+        text = choice["text"]
+        if choice["finish_reason"] == "length":
+            reason = "length"
+        elif any(s and s in _tail(model, new, text) for s in stop):
+            reason = "stop_string"
+        else:
+            reason = "stop_token"
+        return new, text, reason
+
+    def _prompt_text(self, model: ModelRef, ids: Sequence[int]) -> str:
+        """The text whose server-side tokenization is exactly ``ids`` (or decline).
+
+        Spelled from the GGUF's vocabulary with control tokens written out (the
+        server parses them back), not through the server's detokenizer, which
+        drops control tokens and, in llama-cpp-python 0.3.36, every piece longer
+        than 32 bytes."""
+        pieces = vocab.pieces(model.gguf, controls=True)
+        if any(not 0 <= i < len(pieces) for i in ids):
+            raise Unsupported(f"ids outside the vocabulary of {len(pieces)}")
+        try:
+            text = b"".join(pieces[i] for i in ids).decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unsupported(
+                "the server takes prompts as text; these ids are not valid UTF-8 text"
+            ) from None
+        again = [int(t) for t in self.client.post("/extras/tokenize", {"input": text})["tokens"]]
+        if again != list(ids):
+            k = next(
+                (j for j, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b),
+                min(len(ids), len(again)),
+            )
+            raise Unsupported(
+                f"the server takes prompts as text, and re-tokenizing them changes the ids at index {k} "
+                f"({list(ids)[k : k + 3]} -> {again[k : k + 3]})"
+            )
+        return text
+
+    def _by_id(self, model: ModelRef, top: dict[str, float] | None) -> dict[int, float]:
+        if top is None:
+            raise EngineError(f"{NAME}: the server returned no log-probs for a prompt position")
+        # The server adds the current token's own entry to each position's top-k:
+        # keep the k most probable, which are the top-k proper.
+        best = sorted(top.items(), key=lambda kv: -kv[1])[: self.top_k]
+        out = {}
+        for text, logprob in best:
+            token = vocab.unique_id(model.gguf, text)
+            if token is not None:
+                out[token] = float(logprob)
+        return out
+
+
+def _tail(model: ModelRef, ids: list[int | None], text: str) -> str:
+    """The generated text plus the text of the tokens the server cut at a stop string."""
+    return "".join(vocab.texts(model.gguf)[i] for i in ids if i is not None) if ids else text

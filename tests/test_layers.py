@@ -1,0 +1,147 @@
+"""The layers' arrows, read from the source: every import statement (a function's
+lazy import included — it is an arrow too) of every module in ``oracle/``,
+``impl/`` and ``specgate/``.
+
+* the oracle imports only numpy, regex, jinja2, gguf and the standard library;
+* the adapters (``impl/``) never import the suite (``specgate``);
+* no two modules import each other, directly or around a longer loop.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("oracle", "impl", "specgate")
+ORACLE_MAY_IMPORT = {"numpy", "regex", "jinja2", "gguf", "oracle", "__future__"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(p): p for layer in LAYERS for p in sorted((ROOT / layer).rglob("*.py"))}
+
+
+def imported_names(module: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[str, int]]:
+    """Each dotted name ``module`` imports, with its line: ``import a.b`` gives ``a.b``;
+    ``from a import b`` gives ``a.b`` when that is a project module, else ``a``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                yield (submodule if submodule in modules else base), node.lineno
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module ``name`` lies in (``a.b.c`` -> ``a.b`` if that is the longest module)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """Arrows between project modules, and every import as ``file:line imports name`` per module."""
+    modules = project_modules()
+    arrows: dict[str, set[str]] = {m: set() for m in modules}
+    imports: dict[str, list[str]] = {m: [] for m in modules}
+    for module, path in modules.items():
+        for name, line in imported_names(module, path, modules):
+            imports[module].append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            target = _owner(name, modules)
+            if target is not None and target != module:
+                arrows[module].add(target)
+    return arrows, imports
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_oracle_imports_only_numpy_regex_jinja2_gguf_and_the_standard_library() -> None:
+    _, imports = import_graph()
+    allowed = ORACLE_MAY_IMPORT | set(sys.stdlib_module_names)
+    stray = [
+        line
+        for module, lines in imports.items()
+        if _top(module) == "oracle"
+        for line in lines
+        if _top(line.rsplit(" ", 1)[1]) not in allowed
+    ]
+    assert not stray, "the oracle imports beyond its allowed set:\n" + "\n".join(stray)
+
+
+def test_the_adapters_never_import_the_suite() -> None:
+    _, imports = import_graph()
+    upward = [
+        line
+        for module, lines in imports.items()
+        if _top(module) == "impl"
+        for line in lines
+        if _top(line.rsplit(" ", 1)[1]) == "specgate"
+    ]
+    assert not upward, "impl/ imports the suite (specgate):\n" + "\n".join(upward)
+
+
+def cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each a loop."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(arrows.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(arrows):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycle() -> None:
+    arrows, _ = import_graph()
+    loops = cycles(arrows)
+    assert not loops, "modules importing each other (directly or around a loop):\n" + "\n".join(
+        " <-> ".join(loop) for loop in loops
+    )
+
+
+def test_the_cycle_finder_sees_a_loop() -> None:
+    """The check above is only as good as ``cycles``: a planted three-module loop and a
+    pair are found, a chain is not."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"x": {"y"}, "y": {"x"}}) == [["x", "y"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
