@@ -126,7 +126,9 @@ def confirm(
             with_oracle = recheck(stage.gate_stage, oracle, reference, model, inp)
             with_engine = recheck(stage.gate_stage, engine, reference, model, inp)
         except Exception as exc:  # a reference that cannot answer this input cannot judge it
-            judges[name] = f"cannot judge: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            judges[name] = (
+                f"cannot judge: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            )
             sides.append((False, False))
             continue
         agrees = (with_oracle.outcome == "pass", with_engine.outcome == "pass")
@@ -135,7 +137,10 @@ def confirm(
             (True, False): "agrees with the oracle",
             (False, True): "agrees with the engine",
             (True, True): "agrees with both",
-            (False, False): f"agrees with neither (vs oracle: {with_oracle.message.splitlines()[0][:200] if with_oracle.message else with_oracle.outcome})",
+            (
+                False,
+                False,
+            ): f"agrees with neither (vs oracle: {with_oracle.message.splitlines()[0][:200] if with_oracle.message else with_oracle.outcome})",
         }[agrees]
     if not sides:
         return Confirmation(UNCONFIRMED, judges)

@@ -26,9 +26,9 @@ _text = st.lists(
 ).map("".join)
 
 #: Reasoning with whitespace around it: templates that strip it differ from those that do not.
-_reasoning = st.tuples(st.sampled_from(["", " ", "\n", "\n\n", " \t"]), _text, st.sampled_from(["", " ", "\n"])).map(
-    "".join
-)
+_reasoning = st.tuples(
+    st.sampled_from(["", " ", "\n", "\n\n", " \t"]), _text, st.sampled_from(["", " ", "\n"])
+).map("".join)
 
 _DESCRIPTIONS = ("Get <weather> & 'time'", "a > b && c < d", "It's fine", "plain", "")
 
@@ -51,7 +51,9 @@ _arguments = st.fixed_dictionaries({"q": _text}) | st.fixed_dictionaries({"q": _
     lambda d: json.dumps(d, ensure_ascii=False)
 )
 _tool_call = st.builds(
-    lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}}, _tool_names, _arguments
+    lambda name, args: {"type": "function", "function": {"name": name, "arguments": args}},
+    _tool_names,
+    _arguments,
 )
 
 

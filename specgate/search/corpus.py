@@ -37,7 +37,9 @@ def save(data: dict[str, Any], corpus: Path = render_corpus.CORPUS) -> tuple[Pat
         if any(case["text"] == inp["text"] for case in existing):
             raise SaveError(f"the text {inp['text']!r} is already a tokenizer corpus case")
         case = {"id": f"search-{group}", "category": "search", "text": inp["text"]}
-        path.write_text(lines.rstrip("\n") + "\n" + json.dumps(case, ensure_ascii=False) + "\n", encoding="utf-8")
+        path.write_text(
+            lines.rstrip("\n") + "\n" + json.dumps(case, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         return path, "nox -s snapshots -- tests/references/test_tokenizer.py"
     if stage == "render" and "template" in inp:
         folder = corpus / "templates" / "constructs"
@@ -50,7 +52,9 @@ def save(data: dict[str, Any], corpus: Path = render_corpus.CORPUS) -> tuple[Pat
             "kwargs": inp.get("kwargs", {}),
             "add_generation_prompt": [bool(inp["add_generation_prompt"])],
         }
-        return _numbered(corpus / "conversations", group, body), "nox -s snapshots -- tests/references/test_render.py"
+        return _numbered(
+            corpus / "conversations", group, body
+        ), "nox -s snapshots -- tests/references/test_render.py"
     raise SaveError(
         f"a {stage} reproducer has no corpus file of its own (decode cases come from the texts, "
         "sampler windows are hand-written TOML in corpus/sampler/windows.toml): add it by hand"
@@ -58,7 +62,9 @@ def save(data: dict[str, Any], corpus: Path = render_corpus.CORPUS) -> tuple[Pat
 
 
 def _numbered(folder: Path, group: str, body: dict[str, Any]) -> Path:
-    numbers = [int(p.name.split("_", 1)[0]) for p in folder.glob("*.json") if p.name.split("_", 1)[0].isdigit()]
+    numbers = [
+        int(p.name.split("_", 1)[0]) for p in folder.glob("*.json") if p.name.split("_", 1)[0].isdigit()
+    ]
     path = folder / f"{max(numbers, default=0) + 1:02d}_search_{group.replace('-', '_')}.json"
     path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return path

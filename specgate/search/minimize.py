@@ -41,10 +41,7 @@ def minimize(
             )
         return seen[key]
 
-    if "logits" in inp:
-        small = _shrink_sample(inp, diverges)
-    else:
-        small = triage.shrink(inp, diverges)
+    small = _shrink_sample(inp, diverges) if "logits" in inp else triage.shrink(inp, diverges)
     return small, len(seen)
 
 

@@ -34,7 +34,7 @@ def stem(impl: str) -> str:
 
 def write(result: SearchResult, out: Path) -> list[Path]:
     """Reproducers, Markdown and JSON reports; returns the report paths."""
-    from specgate.triage import Group, REFERENCE_NOTE
+    from specgate.triage import REFERENCE_NOTE, Group
 
     name = stem(result.impl)
     repro_dir = out / "repro" / name
@@ -49,7 +49,9 @@ def write(result: SearchResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{name}.md", out / f"{name}.json"
     md.write_text(markdown(result), encoding="utf-8")
-    js.write_text(json.dumps(payload(result), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    js.write_text(
+        json.dumps(payload(result), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
     return [md, js]
 
 
@@ -163,5 +165,7 @@ def markdown(result: SearchResult) -> str:
             ]
     for r in result.runs:
         for e in r.oracle_errors:
-            lines.append(f"- ORACLE ERROR on {r.stage}/{r.model}: {e['error']} — input `{json.dumps(e['input'], ensure_ascii=False)[:300]}`")
+            lines.append(
+                f"- ORACLE ERROR on {r.stage}/{r.model}: {e['error']} — input `{json.dumps(e['input'], ensure_ascii=False)[:300]}`"
+            )
     return "\n".join(lines) + "\n"

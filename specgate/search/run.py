@@ -168,7 +168,9 @@ def search_stage(
             test()
         except Exception as exc:  # the round found divergences (or its shrink was cut short): recorded above
             if not isinstance(exc, Divergence) and not _is_hypothesis_report(exc):
-                run.notes.append(f"round {run.rounds}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+                run.notes.append(
+                    f"round {run.rounds}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                )
         settled.update(run.candidates)
         run.rounds += 1
     if stopped[0]:

@@ -20,7 +20,9 @@ _LOGIT_VALUES = (0.0, 0.0, 1.0, 1.0, 2.0, -1.0, 0.5, math.log(2.0), math.log(3.0
 
 
 def _logits(n_vocab: int) -> st.SearchStrategy[dict[str, Any]]:
-    values = st.lists(st.sampled_from(_LOGIT_VALUES) | st.floats(-8, 8, width=32), min_size=1, max_size=n_vocab)
+    values = st.lists(
+        st.sampled_from(_LOGIT_VALUES) | st.floats(-8, 8, width=32), min_size=1, max_size=n_vocab
+    )
 
     def window(vs: list[float]) -> dict[str, Any]:
         finite = [(i, v) for i, v in enumerate(vs) if math.isfinite(v)] or [(0, 0.0)]

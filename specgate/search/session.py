@@ -117,10 +117,17 @@ def run_search(
         log(f"  {run.examples} examples, {len(run.candidates)} divergence(s) from the oracle")
         result.runs.append(run)
         for candidate in run.candidates.values():
-            result.findings.append(_settle(stage, model, candidate, engine, oracle, refs, start + budget, clock))
+            result.findings.append(
+                _settle(stage, model, candidate, engine, oracle, refs, start + budget, clock)
+            )
             log(f"  {result.findings[-1].confirmation.verdict}: {candidate.signature}")
     result.references_missing = sorted(
-        {why for f in result.findings for why in f.confirmation.judges.values() if why.startswith("unavailable")}
+        {
+            why
+            for f in result.findings
+            for why in f.confirmation.judges.values()
+            if why.startswith("unavailable")
+        }
     )
     result.seconds = round(clock() - start, 3)
     return result
@@ -136,7 +143,9 @@ def _settle(
 
     began = clock()
     budget = max(1.0, min(MINIMIZE_SECONDS, end - began))
-    small, checks = minimize(stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock)
+    small, checks = minimize(
+        stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock
+    )
     seconds = round(clock() - began, 3)
     confirmation = confirming.confirm(stage, model, small, engine, oracle, refs)
     verdict = recheck(stage.gate_stage, engine, oracle, model, small)
@@ -144,4 +153,4 @@ def _settle(
     return Finding(candidate, small, confirmation, checks, seconds, answers)
 
 
-__all__ = ["SearchError", "SearchResult", "Finding", "run_search", "plan", "size"]
+__all__ = ["Finding", "SearchError", "SearchResult", "plan", "run_search", "size"]

@@ -39,14 +39,33 @@ STAGES: dict[str, Stage] = {
     for s in (
         Stage("split", "split", "split", TOKENIZER_MODELS, ("regex",), lambda m, o: texts.split_inputs()),
         Stage(
-            "encode", "encode", "encode", TOKENIZER_MODELS, ("llamacpp", "hf"), lambda m, o: texts.encode_inputs()
+            "encode",
+            "encode",
+            "encode",
+            TOKENIZER_MODELS,
+            ("llamacpp", "hf"),
+            lambda m, o: texts.encode_inputs(),
         ),
         Stage("decode", "decode", "decode", TOKENIZER_MODELS, ("llamacpp", "hf"), _decode_inputs),
         Stage(
-            "render", "render", "render", ("qwen3-vocab",), ("hf",), lambda m, o: conversations.render_inputs()
+            "render",
+            "render",
+            "render",
+            ("qwen3-vocab",),
+            ("hf",),
+            lambda m, o: conversations.render_inputs(),
         ),
-        Stage("template", "render", "render", ("constructs",), ("hf",), lambda m, o: templates.construct_inputs()),
-        Stage("sample", "sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()),
+        Stage(
+            "template",
+            "render",
+            "render",
+            ("constructs",),
+            ("hf",),
+            lambda m, o: templates.construct_inputs(),
+        ),
+        Stage(
+            "sample", "sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()
+        ),
     )
 }
 #: ``--stages`` default: every stage above (logits and generate are not searched: see README).

@@ -66,7 +66,9 @@ def test_search_finds_the_planted_defect(mutant: Mutant, tmp_path: Path) -> None
     impl = script_impl(mutant.script)
     engine = resolve(impl)
     try:
-        result = run_search(engine, impl, stages=list(mutant.stages), budget=BUDGET, seed=1, database=tmp_path / "db")
+        result = run_search(
+            engine, impl, stages=list(mutant.stages), budget=BUDGET, seed=1, database=tmp_path / "db"
+        )
         report.write(result, tmp_path)
         failures = result.by_verdict(confirm.ENGINE_DIVERGENCE)
         assert {f.candidate.stage for f in failures} == set(mutant.found), [
@@ -165,8 +167,12 @@ def test_same_seed_same_search_and_resume_from_the_database(tmp_path: Path) -> N
     require("qwen3-vocab")
     first, again, other = _search(5, None), _search(5, None), _search(6, None)
     assert first.examples == again.examples and first.candidates.keys() == again.candidates.keys()
-    assert [c.first_input for c in first.candidates.values()] == [c.first_input for c in again.candidates.values()]
-    assert [c.first_input for c in first.candidates.values()] != [c.first_input for c in other.candidates.values()]
+    assert [c.first_input for c in first.candidates.values()] == [
+        c.first_input for c in again.candidates.values()
+    ]
+    assert [c.first_input for c in first.candidates.values()] != [
+        c.first_input for c in other.candidates.values()
+    ]
     saved = _search(5, tmp_path / "db")
     assert min(c.found_after for c in saved.candidates.values()) > 1
     resumed = _search(7, tmp_path / "db")  # another seed: the saved failure comes first
