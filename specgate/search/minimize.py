@@ -5,6 +5,7 @@ entries and penalty window the same way."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -41,8 +42,57 @@ def minimize(
             )
         return seen[key]
 
-    small = _shrink_sample(inp, diverges) if "logits" in inp else triage.shrink(inp, diverges)
+    small = inp
+    try:
+        if "logits" in inp:
+            small = _shrink_sample(inp, diverges)
+        else:
+            small = _shrink_structure(inp, diverges)
+            small = triage.shrink(small, diverges)
+    except triage.OutOfTime:
+        pass  # the smallest input found so far stands
     return small, len(seen)
+
+
+_CONSTRUCT_BOUNDARY = re.compile(r"(?<=[}])\|(?=[{])")
+
+
+def _shrink_structure(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Before triage's character-level pass: whole constructs of a template (the
+    generator joins them with ``|``), context variables and the characters of their
+    strings; a render input's keyword arguments (tools, documents) and their elements."""
+    small = dict(inp)
+    if "template" in small:
+        parts = _CONSTRUCT_BOUNDARY.split(small["template"])
+        kept = triage.ddmin(parts, lambda ps: diverges({**small, "template": "|".join(ps)}))
+        small["template"] = "|".join(kept)
+        small["context"] = _shrink_mapping(small, "context", diverges)
+    elif "kwargs" in small and small["kwargs"]:
+        small["kwargs"] = _shrink_mapping(small, "kwargs", diverges)
+    return small
+
+
+def _shrink_mapping(
+    inp: dict[str, Any], key: str, diverges: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """``inp[key]`` (a mapping) with as few entries, list elements and characters as still diverge."""
+    mapping = inp[key]
+    names = triage.ddmin(list(mapping), lambda ks: diverges({**inp, key: {k: mapping[k] for k in ks}}))
+    current = {k: mapping[k] for k in names}
+    for name in names:
+        value = current[name]
+
+        def with_value(v: Any, name: str = name) -> dict[str, Any]:
+            return {**inp, key: {**current, name: v}}
+
+        if isinstance(value, list) and len(value) > 1:
+            value = triage.ddmin(value, lambda vs: diverges(with_value(vs)))
+        elif isinstance(value, str) and value:
+            value = "".join(triage.ddmin(list(value), lambda cs: diverges(with_value("".join(cs)))))
+            if diverges(with_value("")):
+                value = ""
+        current = {**current, name: value}
+    return current
 
 
 def _shrink_sample(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:

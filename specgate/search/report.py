@@ -40,7 +40,8 @@ def write(result: SearchResult, out: Path) -> list[Path]:
     repro_dir = out / "repro" / name
     for finding in result.findings:
         c = finding.candidate
-        group = Group(c.signature, [_Record(c.stage if c.stage != "template" else "render", c.model)])
+        key = c.signature + (f" ¦ {c.shape}" if c.shape else "")  # variants of one signature: own files
+        group = Group(key, [_Record(c.stage if c.stage != "template" else "render", c.model)])
         finding.group_id = group.id
         repro_dir.mkdir(parents=True, exist_ok=True)
         path = repro_dir / f"{group.id}.json"
@@ -116,6 +117,7 @@ def payload(result: SearchResult) -> dict[str, Any]:
                 "stage": f.candidate.stage,
                 "model": f.candidate.model,
                 "signature": f.candidate.signature,
+                "shape": f.candidate.shape,
                 "outcome": f.candidate.outcome,
                 "input": f.input,
                 "size": size(f.input),
@@ -154,6 +156,7 @@ def markdown(result: SearchResult) -> str:
             lines += [
                 f"### {f.candidate.stage} · {f.candidate.model} · `{f.group_id}`",
                 f"- signature: `{f.candidate.signature}`",
+                f"- input shape (Unicode categories): `{f.candidate.shape}`",
                 f"- input ({size(f.input)} units): `{json.dumps(f.input, ensure_ascii=False)[:600]}`",
                 f"- judges: {'; '.join(f'{k}: {v}' for k, v in f.confirmation.judges.items())}",
                 f"- reproducer: `{f.reproducer_path}`",

@@ -28,6 +28,49 @@ from pathlib import Path
 from typing import Any
 
 EXAMPLES_PER_ROUND = 60
+#: Per signature: at most this many distinct variants (by shape), found in at most
+#: ``VARIANT_TRIES`` quick minimizations of ``VARIANT_SECONDS`` each.
+MAX_VARIANTS = 4
+VARIANT_TRIES = 12
+VARIANT_SECONDS = 3.0
+
+
+def input_shape(inp: dict[str, Any]) -> str:
+    """The shape of a minimized input that tells variants of one signature apart: a
+    construct template's own text (the construct is the root cause), a conversation's
+    roles, message fields and keyword arguments, otherwise ``shape_of``."""
+    if "template" in inp:
+        return inp["template"]
+    if "messages" in inp:
+        roles = [f"{m.get('role')}:{'+'.join(sorted(k for k in m if k != 'role'))}" for m in inp["messages"]]
+        return f"{' '.join(roles)} kwargs={','.join(sorted(inp.get('kwargs', {})))}"
+    return shape_of(inp)
+
+
+def shape_of(value: Any) -> str:
+    """An input's shape: strings as their runs of Unicode major categories (letter,
+    number, separator, punctuation, symbol, mark, other), numbers
+    as ``#``, lists and mappings kept. One signature (one message form) can hide
+    several defects — an engine that glues ``Ⅸ`` to a space and one that mishandles
+    ideographic spaces both give "ids differ"; their minimized inputs differ in shape."""
+    import unicodedata
+
+    if isinstance(value, str):
+        runs: list[str] = []
+        for ch in value:
+            cat = unicodedata.category(ch)[0]
+            if not runs or runs[-1] != cat:
+                runs.append(cat)
+        return "'" + ".".join(runs) + "'"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, (int, float)):
+        return "#"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{shape_of(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(shape_of(v) for v in value) + "]"
+    return type(value).__name__
 
 
 @dataclass
@@ -43,6 +86,7 @@ class Candidate:
     first_input: dict[str, Any]
     found_after: int  # examples run before it was first seen
     hits: int = 1
+    shape: str = ""  # the minimized input's shape (``shape_of``): variants of one signature differ in it
 
 
 @dataclass
@@ -107,12 +151,49 @@ def search_stage(
     from specgate.search.stages import size
     from specgate.triage import recheck, signature
 
+    from specgate.search.minimize import minimize
+
     run = StageRun(stage.name, model_id)
     start = clock()
     strategy = stage.inputs(model, oracle)
     settled: set[str] = set()  # signatures shrunk in an earlier round: passing from then on
+    shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
+    tries: dict[str, int] = {}
     shrink_until = [deadline]
     stopped = [""]
+
+    def minimized(inp: dict[str, Any], sig: str) -> dict[str, Any]:
+        budget = min(VARIANT_SECONDS, max(0.0, deadline - clock()))
+        return minimize(stage, model, inp, sig, engine, oracle, budget, clock)[0] if budget else inp
+
+    def settle(sig: str) -> None:
+        """A signature's first candidate, minimized, gives the first known shape."""
+        candidate = run.candidates[sig]
+        candidate.input = minimized(candidate.input, sig)
+        candidate.shape = input_shape(candidate.input)
+        shapes[sig] = {candidate.shape}
+        settled.add(sig)
+
+    def maybe_variant(sig: str, inp: dict[str, Any], verdict: Any) -> None:
+        """A settled signature's new failing input, minimized: a new variant if its shape is new."""
+        if len(shapes[sig]) >= MAX_VARIANTS or tries.get(sig, 0) >= VARIANT_TRIES:
+            return
+        tries[sig] = tries.get(sig, 0) + 1
+        small = minimized(inp, sig)
+        shape = input_shape(small)
+        if shape not in shapes[sig]:
+            shapes[sig].add(shape)
+            run.candidates[f"{sig} ¦ {shape}"] = Candidate(
+                stage.name,
+                model_id,
+                sig,
+                verdict.outcome,
+                verdict.message,
+                small,
+                inp,
+                run.examples,
+                shape=shape,
+            )
 
     def probe(inp: dict[str, Any]) -> None:
         now = clock()
@@ -131,6 +212,10 @@ def search_stage(
         if verdict.outcome not in ("fail", "error"):
             return
         sig = signature(stage.gate_stage, verdict.outcome, verdict.message)
+        if sig in settled:
+            run.candidates[sig].hits += 1
+            maybe_variant(sig, inp, verdict)
+            return
         known = run.candidates.get(sig)
         if known is None:
             run.candidates[sig] = Candidate(
@@ -141,8 +226,7 @@ def search_stage(
             known.hits += 1
             if (size(inp), len(_key(inp))) < (size(known.input), len(_key(known.input))):
                 known.input, known.message = inp, verdict.message
-        if sig not in settled:
-            raise _divergence(sig)(sig)
+        raise _divergence(sig)(sig)
 
     db = DirectoryBasedExampleDatabase(str(database)) if database is not None else None
     base = int.from_bytes(hashlib.sha256(f"{seed}/{stage.name}/{model_id}".encode()).digest()[:4], "big")
@@ -171,7 +255,8 @@ def search_stage(
                 run.notes.append(
                     f"round {run.rounds}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 )
-        settled.update(run.candidates)
+        for sig in [k for k in run.candidates if k not in settled and " ¦ " not in k]:
+            settle(sig)
         run.rounds += 1
     if stopped[0]:
         run.notes.append(stopped[0])
