@@ -67,7 +67,7 @@ def _shrink_structure(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], 
         kept = triage.ddmin(parts, lambda ps: diverges({**small, "template": "|".join(ps)}))
         small["template"] = "|".join(kept)
         small["context"] = _shrink_mapping(small, "context", diverges)
-    elif "kwargs" in small and small["kwargs"]:
+    elif small.get("kwargs"):
         small["kwargs"] = _shrink_mapping(small, "kwargs", diverges)
     return small
 
@@ -82,8 +82,8 @@ def _shrink_mapping(
     for name in names:
         value = current[name]
 
-        def with_value(v: Any, name: str = name) -> dict[str, Any]:
-            return {**inp, key: {**current, name: v}}
+        def with_value(v: Any, name: str = name, base: dict[str, Any] = current) -> dict[str, Any]:
+            return {**inp, key: {**base, name: v}}
 
         if isinstance(value, list) and len(value) > 1:
             value = triage.ddmin(value, lambda vs: diverges(with_value(vs)))

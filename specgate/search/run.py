@@ -148,10 +148,9 @@ def search_stage(
     from hypothesis import seed as hypothesis_seed
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    from specgate.search.minimize import minimize
     from specgate.search.stages import size
     from specgate.triage import recheck, signature
-
-    from specgate.search.minimize import minimize
 
     run = StageRun(stage.name, model_id)
     start = clock()
