@@ -12,8 +12,8 @@ reference in the reference's seat). Then:
   cannot judge this input) → ``reference-disagreement``;
 * no reference of the stage can run here → ``unconfirmed``.
 
-The judges: CPython ``regex`` for split, llama.cpp and HF tokenizers for encode and
-decode, transformers for render and construct templates, llama.cpp's samplers in
+The judges: CPython ``regex`` for split, llama.cpp and HF tokenizers for encode, llama.cpp
+for decode (HF decodes to ``str`` and cannot judge partial UTF-8), transformers for render and construct templates, llama.cpp's samplers in
 the documented chain order for sample (which cannot judge a top-k tie: llama.cpp
 keeps exactly k).
 """

@@ -13,7 +13,7 @@ from typing import Any
 
 from specgate.search import confirm as confirming
 from specgate.search.run import Candidate, StageRun, search_stage
-from specgate.search.stages import STAGES, size
+from specgate.search.stages import DEFAULT_STAGES, FORWARD_MODELS, QUANTIZED_LOGITS, STAGES, size
 
 #: Share of the budget spent searching; the rest minimizes and confirms.
 SEARCH_SHARE = 0.75
@@ -54,17 +54,19 @@ class SearchResult:
 def plan(engine: Any, stages: list[str] | None, models: list[str] | None) -> list[tuple[Any, str]]:
     """(stage, model id) pairs to search: the stages the engine offers, each on the
     given models (``--models``) or its default models."""
-    names = stages or list(STAGES)
+    names = stages or list(DEFAULT_STAGES)
     unknown = [s for s in names if s not in STAGES]
     if unknown:
         raise SearchError(f"unknown stage(s) {unknown}; searchable stages: {', '.join(STAGES)}")
     pairs = []
     for name in names:
         stage = STAGES[name]
+        if name == "logits" and "exact" not in engine.classes:
+            stage = QUANTIZED_LOGITS
         if not engine.offers(stage.capability):
             continue
         own = stage.default_models
-        chosen = own if not models or own[0] in ("constructs", "sampler") else models
+        chosen = own if not models or own[0] in ("constructs", "sampler", *FORWARD_MODELS) else models
         pairs.extend((stage, m) for m in chosen)
     if not pairs:
         raise SearchError(f"{engine.name} offers none of the stages {names}")

@@ -33,7 +33,17 @@ def _decode_inputs(model: Any, oracle: Any) -> st.SearchStrategy[dict[str, Any]]
     return texts.decode_inputs(int(meta["tokenizer"]["n_tokens"]), special)
 
 
+def _logits_inputs(model: Any, oracle: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """Short prompts (the forward pass is the costly call): any ids, special ids among them."""
+    meta = oracle.metadata(model)
+    special = sorted({v for v in meta["special"].values() if isinstance(v, int) and not isinstance(v, bool)})
+    ids = st.integers(0, int(meta["tokenizer"]["n_tokens"]) - 1) | st.sampled_from(special)
+    return st.fixed_dictionaries({"ids": st.lists(ids, min_size=1, max_size=6)})
+
+
 TOKENIZER_MODELS = ("qwen3-vocab",)
+#: The forward stage runs on a tiny model (float32 weights): the 0.5B numpy forward is too slow to explore.
+FORWARD_MODELS = ("tiny-qwen2-f32",)
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
@@ -46,7 +56,9 @@ STAGES: dict[str, Stage] = {
             ("llamacpp", "hf"),
             lambda m, o: texts.encode_inputs(),
         ),
-        Stage("decode", "decode", "decode", TOKENIZER_MODELS, ("llamacpp", "hf"), _decode_inputs),
+        # decode: llama.cpp's bytes only, as the decode snapshots — HF decodes to str, so it cannot
+        # judge partial UTF-8 (its U+FFFD is not the bytes).
+        Stage("decode", "decode", "decode", TOKENIZER_MODELS, ("llamacpp",), _decode_inputs),
         Stage(
             "render",
             "render",
@@ -66,10 +78,17 @@ STAGES: dict[str, Stage] = {
         Stage(
             "sample", "sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()
         ),
+        # logits: the engine's conformance class decides which (``session.plan``): exact is held to
+        # transformers' f32 forward, quantized to llama.cpp, as in the logits gate.
+        Stage("logits", "logits/exact", "logits", FORWARD_MODELS, ("hf",), _logits_inputs),
     )
 }
-#: ``--stages`` default: every stage above (logits and generate are not searched: see README).
-DEFAULT_STAGES = tuple(STAGES)
+QUANTIZED_LOGITS = Stage(
+    "logits", "logits/quantized", "logits", FORWARD_MODELS, ("llamacpp",), _logits_inputs
+)
+#: ``--stages`` default: all but logits (a forward pass per example: asked for by name); generate is
+#: not searched (see README).
+DEFAULT_STAGES = tuple(name for name in STAGES if name != "logits")
 
 
 def size(inp: dict[str, Any]) -> int:

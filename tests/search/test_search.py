@@ -30,7 +30,7 @@ from specgate.plugin import model_missing
 from specgate.search import confirm, report
 from specgate.search.run import search_stage
 from specgate.search.session import run_search
-from specgate.search.stages import STAGES, size
+from specgate.search.stages import DEFAULT_STAGES, STAGES, size
 
 MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants"
 BUDGET = 25.0  # seconds of search per mutant (the session's default is 10 minutes)
@@ -95,7 +95,7 @@ def test_the_oracle_over_cmd_shows_nothing(tmp_path: Path) -> None:
         result = run_search(engine, impl, budget=2 * BUDGET, seed=1, database=tmp_path / "db")
     finally:
         engine.close()
-    assert [r.stage for r in result.runs] == list(STAGES)
+    assert [r.stage for r in result.runs] == list(DEFAULT_STAGES)
     assert all(r.examples > 20 for r in result.runs), [(r.stage, r.examples) for r in result.runs]
     assert result.findings == [], [f.candidate.signature for f in result.findings]
     assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
@@ -177,3 +177,63 @@ def test_same_seed_same_search_and_resume_from_the_database(tmp_path: Path) -> N
     assert min(c.found_after for c in saved.candidates.values()) > 1
     resumed = _search(7, tmp_path / "db")  # another seed: the saved failure comes first
     assert min(c.found_after for c in resumed.candidates.values()) == 1
+
+
+@pytest.mark.slow
+def test_search_finds_the_rope_defect_on_a_tiny_model(tmp_path: Path) -> None:
+    """The forward stage (asked for by name) on a tiny float32 model: the interleaved
+    RoPE shows from the second position on, so two or three ids reproduce it."""
+    if "tiny-qwen2-f32" not in model_cache.cached_tiny_models():
+        model_missing("tiny-qwen2-f32; run: specgate models tiny")
+    impl = script_impl("rope_interleaved")
+    engine = resolve(impl)
+    try:
+        result = run_search(engine, impl, stages=["logits"], budget=BUDGET, seed=1, database=None)
+    finally:
+        engine.close()
+    failures = result.by_verdict(confirm.ENGINE_DIVERGENCE)
+    assert failures and all(f.candidate.stage == "logits" for f in failures), [
+        (f.candidate.signature, f.confirmation.as_dict()) for f in result.findings
+    ]
+    assert min(size(f.input) for f in failures) <= 3
+    assert all(f.confirmation.judges == {"hf": "agrees with the oracle"} for f in failures)
+
+
+def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
+    """A reproducer becomes a case of the corpus file its stage reads (a copy of the
+    corpus here), in that file's own format; a decode reproducer is refused by name."""
+    import shutil
+
+    from specgate.render_corpus import CORPUS
+    from specgate.search.corpus import SaveError, save
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus, ignore=shutil.ignore_patterns("*.toml"))
+    base = {"impl": "cmd:x", "signature": "s", "model": "qwen3-vocab", "group": "g-1"}
+    path, command = save(
+        {**base, "stage": "encode", "input": {"text": "\t'l", "parse_special": True}}, corpus
+    )
+    last = json.loads(path.read_text(encoding="utf-8").rstrip("\n").split("\n")[-1])
+    assert last == {"id": "search-g-1", "category": "search", "text": "\t'l"} and "snapshots" in command
+    with pytest.raises(SaveError, match="already a tokenizer corpus case"):
+        save({**base, "stage": "split", "input": {"text": "\t'l"}}, corpus)
+    messages = [{"role": "user", "content": "x"}]
+    path, _ = save(
+        {
+            **base,
+            "stage": "render",
+            "input": {"messages": messages, "add_generation_prompt": True, "kwargs": {}},
+        },
+        corpus,
+    )
+    case = json.loads(path.read_text(encoding="utf-8"))
+    assert case["messages"] == messages and case["add_generation_prompt"] == [True]
+    numbered = [int(p.name[:2]) for p in (CORPUS / "conversations").glob("*.json")]
+    assert path.parent == corpus / "conversations" and path.name.startswith(
+        f"{max(numbered) + 1:02d}_search_"
+    )
+    path, _ = save({**base, "stage": "render", "input": {"template": "{{ s }}", "context": {"s": 1}}}, corpus)
+    assert path.parent == corpus / "templates" / "constructs"
+    assert json.loads(path.read_text(encoding="utf-8"))["template"] == "{{ s }}"
+    with pytest.raises(SaveError, match="decode reproducer has no corpus file"):
+        save({**base, "stage": "decode", "input": {"ids": [98]}}, corpus)
