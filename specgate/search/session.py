@@ -16,8 +16,9 @@ from specgate.search.run import Candidate, StageRun, search_stage
 from specgate.search.stages import DEFAULT_STAGES, FORWARD_MODELS, QUANTIZED_LOGITS, STAGES, size
 
 #: Share of the budget spent searching; the rest minimizes and confirms.
-SEARCH_SHARE = 0.75
+SEARCH_SHARE = 0.65
 MINIMIZE_SECONDS = 15.0  # at most, per root cause
+MINIMIZE_FLOOR = 3.0  # at least, even past the budget: a reproducer is worth 3 s
 
 
 class SearchError(Exception):
@@ -144,7 +145,7 @@ def _settle(
     from specgate.triage import recheck
 
     began = clock()
-    budget = max(1.0, min(MINIMIZE_SECONDS, end - began))
+    budget = max(MINIMIZE_FLOOR, min(MINIMIZE_SECONDS, end - began))
     small, checks = minimize(
         stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock
     )
