@@ -33,6 +33,8 @@ EXAMPLES_PER_ROUND = 60
 MAX_VARIANTS = 4
 VARIANT_TRIES = 12
 VARIANT_SECONDS = 3.0
+#: A stage whose first this many inputs are all refused is not searched further.
+REFUSAL_PROBE = 40
 
 
 def input_shape(inp: dict[str, Any]) -> str:
@@ -158,6 +160,7 @@ def search_stage(
     settled: set[str] = set()  # signatures shrunk in an earlier round: passing from then on
     shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
     tries: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
     shrink_until = [deadline]
     stopped = [""]
 
@@ -208,6 +211,11 @@ def search_stage(
             if len(run.oracle_errors) < 20:
                 run.oracle_errors.append({"input": inp, "error": f"{type(exc).__name__}: {exc}"[:500]})
             return
+        outcomes[verdict.outcome] = outcomes.get(verdict.outcome, 0) + 1
+        if run.examples == REFUSAL_PROBE and set(outcomes) <= {"refused", "n/a"}:
+            stopped[0] = (
+                f"stopped: the engine refused or could not take all of the first {REFUSAL_PROBE} inputs"
+            )
         if verdict.outcome not in ("fail", "error"):
             return
         sig = signature(stage.gate_stage, verdict.outcome, verdict.message)

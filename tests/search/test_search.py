@@ -237,3 +237,30 @@ def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
     assert json.loads(path.read_text(encoding="utf-8"))["template"] == "{{ s }}"
     with pytest.raises(SaveError, match="decode reproducer has no corpus file"):
         save({**base, "stage": "decode", "input": {"ids": [98]}}, corpus)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--impl", "oracle", "--stages", "split,tokenise"],
+            "unknown stage(s) ['tokenise']; searchable stages:",
+        ),
+        (["--impl", "nonesuch"], "unknown --impl 'nonesuch'"),
+        (["--impl", "oracle", "--budget", "10x"], "invalid duration '10x': use e.g. 90s, 10m, 1h"),
+        (["--save-to", "corpus", "--from", "/nonexistent.json"], "cannot read /nonexistent.json"),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "search", *args, "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert (
+        len([line for line in run.stderr.splitlines() if line.startswith("specgate") or "error:" in line])
+        == 1
+    )
