@@ -66,12 +66,21 @@ def plan(engine: Any, stages: list[str] | None, models: list[str] | None) -> lis
             stage = QUANTIZED_LOGITS
         if not engine.offers(stage.capability):
             continue
-        own = stage.default_models
-        chosen = own if not models or own[0] in ("constructs", "sampler", *FORWARD_MODELS) else models
+        chosen = _models_for(stage, models or [])
         pairs.extend((stage, m) for m in chosen)
     if not pairs:
         raise SearchError(f"{engine.name} offers none of the stages {names}")
     return pairs
+
+
+def _models_for(stage: Any, models: list[str]) -> list[str]:
+    """The ``--models`` a stage runs on: all of them for the tokenizer and render stages, the
+    tiny ones for the forward stage (a forward pass per example); the stage's own otherwise."""
+    if stage.default_models[0] in ("constructs", "sampler"):
+        return list(stage.default_models)
+    if stage.default_models == FORWARD_MODELS:
+        return [m for m in models if m.startswith("tiny-")] or list(FORWARD_MODELS)
+    return models or list(stage.default_models)
 
 
 def model_ref(model_id: str) -> Any:
