@@ -37,16 +37,38 @@ VARIANT_SECONDS = 3.0
 REFUSAL_PROBE = 40
 
 
-def input_shape(inp: dict[str, Any]) -> str:
+def input_shape(inp: dict[str, Any], id_kind: Callable[[int], str] | None = None) -> str:
     """The shape of a minimized input that tells variants of one signature apart: a
     construct template's own text (the construct is the root cause), a conversation's
-    roles, message fields and keyword arguments, otherwise ``shape_of``."""
+    roles, message fields and keyword arguments, token ids by ``id_kind`` (what the
+    oracle decodes them to: partial UTF-8, nothing, text), otherwise ``shape_of``."""
+    if "ids" in inp and id_kind is not None:
+        return " ".join(id_kind(i) for i in inp["ids"])
     if "template" in inp:
         return inp["template"]
     if "messages" in inp:
         roles = [f"{m.get('role')}:{'+'.join(sorted(k for k in m if k != 'role'))}" for m in inp["messages"]]
         return f"{' '.join(roles)} kwargs={','.join(sorted(inp.get('kwargs', {})))}"
     return shape_of(inp)
+
+
+def token_kinds(oracle: Any, model: Any) -> Callable[[int], str]:
+    """``id_kind`` for ``input_shape``: a token id as the kind of bytes the oracle decodes it to."""
+
+    def kind(token: int) -> str:
+        try:
+            data = oracle.decode(model, [token])
+        except Exception:
+            return "undecodable"
+        if not data:
+            return "empty"
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "partial-utf8"
+        return shape_of(text) if not (text.startswith("<") or text.startswith("[")) else "marker"
+
+    return kind
 
 
 def shape_of(value: Any) -> str:
@@ -161,6 +183,11 @@ def search_stage(
     shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
     tries: dict[str, int] = {}
     outcomes: dict[str, int] = {}
+    id_kind = (
+        token_kinds(oracle, model)
+        if stage.gate_stage in ("decode", "logits/exact", "logits/quantized")
+        else None
+    )
     shrink_until = [deadline]
     stopped = [""]
 
@@ -172,7 +199,7 @@ def search_stage(
         """A signature's first candidate, minimized, gives the first known shape."""
         candidate = run.candidates[sig]
         candidate.input = minimized(candidate.input, sig)
-        candidate.shape = input_shape(candidate.input)
+        candidate.shape = input_shape(candidate.input, id_kind)
         shapes[sig] = {candidate.shape}
         settled.add(sig)
 
@@ -182,7 +209,7 @@ def search_stage(
             return
         tries[sig] = tries.get(sig, 0) + 1
         small = minimized(inp, sig)
-        shape = input_shape(small)
+        shape = input_shape(small, id_kind)
         if shape not in shapes[sig]:
             shapes[sig].add(shape)
             run.candidates[f"{sig} ¦ {shape}"] = Candidate(
