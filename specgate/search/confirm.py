@@ -9,7 +9,10 @@ reference in the reference's seat). Then:
   (the only verdict reported as an engine failure);
 * every reference agrees with the engine, none with the oracle → ``oracle-bug``;
 * anything else (references split, one agrees with neither or with both, one
-  cannot judge this input) → ``reference-disagreement``;
+  cannot judge this input) → ``reference-disagreement``; so is a split or encode
+  input holding code points older Unicode data leaves unassigned, whoever the
+  references side with (the tokenizer stage's Unicode-version-skew rule,
+  ``specgate.checks.tokenizer.unicode_version_skew``);
 * no reference of the stage can run here → ``unconfirmed``.
 
 The judges: CPython ``regex`` for split, llama.cpp and HF tokenizers for encode, llama.cpp
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from impl.protocol import Engine, ModelRef
+from specgate.checks.tokenizer import unicode_version_skew
 
 ENGINE_DIVERGENCE = "engine-divergence"
 ORACLE_BUG = "oracle-bug"
@@ -144,6 +148,9 @@ def confirm(
         }[agrees]
     if not sides:
         return Confirmation(UNCONFIRMED, judges)
+    if stage.gate_stage in ("split", "encode") and (skew := unicode_version_skew(inp["text"])):
+        judges["unicode"] = skew  # the tokenizer stage's one rule: both sides may be right
+        return Confirmation(REFERENCE_DISAGREEMENT, judges)
     if all(s == (True, False) for s in sides):
         return Confirmation(ENGINE_DIVERGENCE, judges)
     if all(s == (False, True) for s in sides):

@@ -264,3 +264,22 @@ def test_usage_errors_are_one_line(args: list[str], message: str, tmp_path: Path
         len([line for line in run.stderr.splitlines() if line.startswith("specgate") or "error:" in line])
         == 1
     )
+
+
+def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> None:
+    """U+125F1 is unassigned in Python's and regex's Unicode data, a letter in llama.cpp's
+    tables: whoever the references side with, the tokenizer stage's skew rule makes such
+    an encode divergence a reference disagreement (found by the search against tokie)."""
+    require("qwen3-vocab")
+    model = model_cache.model_ref("qwen3-vocab")
+    inp = {"text": "\U000125f1's", "parse_special": True}
+    refs = confirm.References()
+    try:
+        engine = refs.get("llamacpp")  # an engine with llama.cpp's tables: both references side with it
+        if isinstance(engine, str):
+            pytest.skip(engine)
+        verdict = confirm.confirm(STAGES["encode"], model, inp, engine, OracleEngine(), refs)
+    finally:
+        refs.close()
+    assert verdict.judges["llamacpp"] == verdict.judges["hf"] == "agrees with the engine"
+    assert verdict.verdict == confirm.REFERENCE_DISAGREEMENT and "U+125F1" in verdict.judges["unicode"]
