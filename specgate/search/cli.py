@@ -43,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.impl:
         print("specgate: search needs --impl (or --save-to corpus --from FILE)", file=sys.stderr)
         return 2
+    from impl.protocol import EngineError
     from impl.registry import UnknownImpl, check, resolve
     from specgate.search import report
     from specgate.search.confirm import ENGINE_DIVERGENCE, ORACLE_BUG
@@ -63,6 +64,9 @@ def main(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except SearchError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    except EngineError as exc:  # the engine could not even answer what it offers (its handshake)
+        print(f"specgate: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 2
     finally:
         engine.close()

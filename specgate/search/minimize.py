@@ -67,9 +67,38 @@ def _shrink_structure(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], 
         kept = triage.ddmin(parts, lambda ps: diverges({**small, "template": "|".join(ps)}))
         small["template"] = "|".join(kept)
         small["context"] = _shrink_mapping(small, "context", diverges)
-    elif small.get("kwargs"):
-        small["kwargs"] = _shrink_mapping(small, "kwargs", diverges)
+    elif "messages" in small:
+        if small.get("kwargs"):
+            small["kwargs"] = _shrink_mapping(small, "kwargs", diverges)
+        small["messages"] = triage.ddmin(small["messages"], lambda ms: diverges({**small, "messages": ms}))
+        for i, message in enumerate(small["messages"]):
+            if isinstance(message, dict):
+                small["messages"] = _shrink_message_fields(small, i, diverges)
     return small
+
+
+def _shrink_message_fields(
+    inp: dict[str, Any], i: int, diverges: Callable[[dict[str, Any]], bool]
+) -> list[Any]:
+    """Message ``i`` without the fields it does not need (``role`` stays; ``content`` is
+    triage's), and with the characters of its other string fields (reasoning) shrunk."""
+    messages = inp["messages"]
+
+    def with_message(message: dict[str, Any]) -> dict[str, Any]:
+        return {**inp, "messages": [*messages[:i], message, *messages[i + 1 :]]}
+
+    message = dict(messages[i])
+    for field in [f for f in message if f not in ("role", "content")]:
+        without = {k: v for k, v in message.items() if k != field}
+        if diverges(with_message(without)):
+            message = without
+        elif isinstance(message[field], str) and message[field]:
+            base = message
+            chars = triage.ddmin(
+                list(base[field]), lambda cs, f=field, b=base: diverges(with_message({**b, f: "".join(cs)}))
+            )
+            message = {**base, field: "".join(chars)}
+    return with_message(message)["messages"]
 
 
 def _shrink_mapping(
@@ -77,6 +106,8 @@ def _shrink_mapping(
 ) -> dict[str, Any]:
     """``inp[key]`` (a mapping) with as few entries, list elements and characters as still diverge."""
     mapping = inp[key]
+    if diverges({**inp, key: {}}):  # ddmin never tries the empty list
+        return {}
     names = triage.ddmin(list(mapping), lambda ks: diverges({**inp, key: {k: mapping[k] for k in ks}}))
     current = {k: mapping[k] for k in names}
     for name in names:

@@ -249,6 +249,10 @@ def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
         (["--impl", "nonesuch"], "unknown --impl 'nonesuch'"),
         (["--impl", "oracle", "--budget", "10x"], "invalid duration '10x': use e.g. 90s, 10m, 1h"),
         (["--save-to", "corpus", "--from", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (
+            ["--impl", f"cmd:{sys.executable} -c pass"],
+            "exited (or closed stdout) before answering the handshake",
+        ),
     ],
 )
 def test_usage_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
