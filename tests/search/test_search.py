@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -287,3 +288,13 @@ def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> Non
         refs.close()
     assert verdict.judges["llamacpp"] == verdict.judges["hf"] == "agrees with the engine"
     assert verdict.verdict == confirm.REFERENCE_DISAGREEMENT and "U+125F1" in verdict.judges["unicode"]
+
+
+def test_the_memory_bound_stops_a_stage(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    model = model_cache.model_ref("qwen3-vocab")
+    run = search_stage(
+        STAGES["split"], "qwen3-vocab", model, OracleEngine(), OracleEngine(),
+        seed=1, deadline=time.monotonic() + 30, database=None, max_rss_mb=1.0,
+    )  # fmt: skip
+    assert run.examples == 50 and run.notes == ["stopped: the search's resident memory passed 1 MB"], run
