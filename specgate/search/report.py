@@ -156,7 +156,7 @@ def markdown(result: SearchResult) -> str:
             lines += [
                 f"### {f.candidate.stage} · {f.candidate.model} · `{f.group_id}`",
                 f"- signature: `{f.candidate.signature}`",
-                f"- input shape (Unicode categories): `{f.candidate.shape}`",
+                f"- input shape: `{f.candidate.shape}`",
                 f"- input ({size(f.input)} units): `{json.dumps(f.input, ensure_ascii=False)[:600]}`",
                 f"- judges: {'; '.join(f'{k}: {v}' for k, v in f.confirmation.judges.items())}",
                 f"- reproducer: `{f.reproducer_path}`",

@@ -39,16 +39,16 @@ REFUSAL_PROBE = 40
 
 def input_shape(inp: dict[str, Any], id_kind: Callable[[int], str] | None = None) -> str:
     """The shape of a minimized input that tells variants of one signature apart: a
-    construct template's own text (the construct is the root cause), a conversation's
-    roles, message fields and keyword arguments, token ids by ``id_kind`` (what the
+    construct template's own text (the construct is the root cause), the message fields
+    and keyword arguments a conversation needs, token ids by ``id_kind`` (what the
     oracle decodes them to: partial UTF-8, nothing, text), otherwise ``shape_of``."""
     if "ids" in inp and id_kind is not None:
         return " ".join(id_kind(i) for i in inp["ids"])
     if "template" in inp:
         return inp["template"]
     if "messages" in inp:
-        roles = [f"{m.get('role')}:{'+'.join(sorted(k for k in m if k != 'role'))}" for m in inp["messages"]]
-        return f"{' '.join(roles)} kwargs={','.join(sorted(inp.get('kwargs', {})))}"
+        fields = sorted({k for m in inp["messages"] if isinstance(m, dict) for k in m if k != "role"})
+        return f"fields={'+'.join(fields)} kwargs={'+'.join(sorted(inp.get('kwargs', {})))}"
     return shape_of(inp)
 
 
