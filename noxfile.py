@@ -1,4 +1,4 @@
-"""nox sessions: tests, parity, snapshots, models, references-latest, lint.
+"""nox sessions: tests, parity, search, snapshots, models, references-latest, lint.
 
 The references are locked: every session that installs them does so with
 ``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
@@ -119,6 +119,16 @@ def parity(session: nox.Session) -> None:
     fetch_models(session, tiny=False)
     # --parity-junit: the JUnit XML goes beside the .md/.json/.png, under the same file stem.
     session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--parity-junit", *args)
+
+
+@nox.session
+def search(session: nox.Session) -> None:
+    """Differential search (``-- --impl X [--stages ...] [--models ...] [--budget 10m] [--seed N]``):
+    generated inputs through the engine and the oracle, divergences confirmed by the live references
+    (installed here), minimized, written to reports/search-*.md and reports/repro/search-*/."""
+    install(session, "hf,llamacpp")
+    fetch_models(session, tiny=False)
+    session.run("specgate", "search", *session.posargs)
 
 
 def model_args(

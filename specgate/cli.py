@@ -9,6 +9,7 @@ specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a mod
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
+specgate search --impl NAME      differential search beyond the corpus [--stages --models --budget --seed]
 """
 
 from __future__ import annotations
@@ -191,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("files", nargs="+", help="the shards' JSON reports (parity-*-shard-I-of-N.json)")
     rp.add_argument("--out", default="reports", help="where the merged report is written")
     rp.set_defaults(func=_report)
+    from specgate.search.cli import add_parser as add_search_parser
+
+    add_search_parser(sub)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -44,6 +44,11 @@ GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
 SHRUNK_OUTCOMES = ("fail", "error")
 #: The stages a re-check can replay on a new input.
 REPLAYABLE = ("split", "encode", "decode", "render", "logits/exact", "logits/quantized")
+#: The stages a reproducer file can hold: the differential search (``specgate.search``)
+#: also writes sampler reproducers (a logit vector, parameters and r: no model).
+REPLAYABLE_FILES = (*REPLAYABLE, "sample")
+#: The pseudo model id of sampler reproducers (the sampler stage takes no model).
+SAMPLER_MODEL_ID = "sampler"
 DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
 DEFAULT_TOTAL_BUDGET = 120.0  # seconds of shrinking per run
 REFERENCE_NOTE = (
@@ -313,11 +318,35 @@ def _check_logits(
     return Verdict("fail" if failure else "pass", failure or "", {"top1": answer}, {"top1": top(expected)})
 
 
+def _check_sample(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    """A logit vector through the sampler chain (``{"logits": {n_vocab, ids, values},
+    "params", "r"}``), as the sample gate judges it: candidate sets and probabilities
+    after every step, then the draw (not compared when r lies within ``DRAW_MARGIN``
+    of a cumulative boundary, where float32 and float64 sums may part)."""
+    from specgate.checks import sample
+    from specgate.gate import call
+
+    logits = sample.logits_of(inp)
+    expected = oracle.sample(logits, inp["params"], inp["r"])
+    got = call(engine, "sample", logits, inp["params"], inp["r"])
+    case = {**sample.summarize(expected), "r": inp["r"], "token": expected.get("token")}
+    if expected["chain"][-1:] != ["greedy"] and case["token"] is not None:
+        _, margin = sample.expected_draw(expected["ids"], expected["probs"], inp["r"])
+        case["token"] = case["token"] if margin > DRAW_MARGIN else None
+    failure = sample.compare(case, got)
+    brief = lambda result: {"n": len(result["ids"]), "token": result.get("token")}  # noqa: E731
+    return Verdict("fail" if failure else "pass", failure or "", brief(got), brief(expected))
+
+
+#: A draw whose r lies this close to a cumulative-probability boundary is not compared.
+DRAW_MARGIN = 1e-4
+
 _CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
     "split": _check_split,
     "encode": _check_encode,
     "decode": _check_decode,
     "render": _check_render,
+    "sample": _check_sample,
 }
 
 
@@ -356,6 +385,8 @@ def model_for(model_id: str) -> Any:
 
     if model_id == render_corpus.CONSTRUCTS_MODEL_ID:
         return render_corpus.constructs_model()
+    if model_id == SAMPLER_MODEL_ID:
+        return None
     return models.model_ref(model_id)
 
 
@@ -569,9 +600,9 @@ def load_reproducer(path: str | Path) -> dict[str, Any]:
     ]
     if missing:
         raise ReproError(f"{path} is not a specgate reproducer: no {', '.join(missing)}")
-    if data["stage"] not in REPLAYABLE:
+    if data["stage"] not in REPLAYABLE_FILES:
         raise ReproError(
-            f"{path}: stage {data['stage']!r} cannot be replayed (replayable: {', '.join(REPLAYABLE)})"
+            f"{path}: stage {data['stage']!r} cannot be replayed (replayable: {', '.join(REPLAYABLE_FILES)})"
         )
     return data
 

@@ -1,0 +1,101 @@
+"""``specgate search``: the command line of the differential search."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1h`` → seconds (argparse type: a bad value is one line)."""
+    match = _DURATION.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use e.g. 90s, 10m, 1h")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("search", help="differential search for an engine's divergences beyond the corpus")
+    s.add_argument("--impl", help="the engine to search (any --impl form)")
+    s.add_argument("--stages", type=csv, help="comma-separated: split,encode,decode,render,template,sample")
+    s.add_argument("--models", type=csv, help="models for the model stages (default: each stage's own)")
+    s.add_argument("--budget", type=duration, default=600.0, help="wall time, e.g. 90s, 10m (default 10m)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--out", default="reports", help="report directory (default reports)")
+    s.add_argument("--db", help="hypothesis example database (default <out>/search-db): resumes from it")
+    s.add_argument("--max-memory", type=float, default=6000.0, help="MB of resident memory (default 6000)")
+    s.add_argument("--save-to", choices=["corpus"], help="turn reproducers into corpus cases")
+    s.add_argument("--from", dest="from_file", help="with --save-to: the reproducer file to save")
+    s.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.save_to and args.from_file:
+        return _save([Path(args.from_file)])
+    if not args.impl:
+        print("specgate: search needs --impl (or --save-to corpus --from FILE)", file=sys.stderr)
+        return 2
+    from impl.protocol import EngineError
+    from impl.registry import UnknownImpl, check, resolve
+    from specgate.search import report
+    from specgate.search.confirm import ENGINE_DIVERGENCE, ORACLE_BUG
+    from specgate.search.session import SearchError, run_search
+
+    try:
+        check(args.impl)
+        engine = resolve(args.impl)
+    except UnknownImpl as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    try:
+        result = run_search(
+            engine, args.impl, stages=args.stages, models=args.models, budget=args.budget, seed=args.seed,
+            database=Path(args.db) if args.db else out / "search-db", max_rss_mb=args.max_memory,
+            log=lambda line: print(line, flush=True),
+        )  # fmt: skip
+    except SearchError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    except EngineError as exc:  # the engine could not even answer what it offers (its handshake)
+        print(f"specgate: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    finally:
+        engine.close()
+    for path in report.write(result, out):
+        print(f"report: {path}")
+    for f in result.by_verdict(ORACLE_BUG):
+        print(f"specgate: ORACLE BUG — {f.candidate.signature}\n  input: {f.input}", file=sys.stderr)
+    failures = result.by_verdict(ENGINE_DIVERGENCE)
+    print(
+        f"search: {len(failures)} engine divergence(s), {len(result.by_verdict(ORACLE_BUG))} oracle bug(s), "
+        f"{len(result.findings) - len(failures) - len(result.by_verdict(ORACLE_BUG))} unconfirmed or disputed"
+    )
+    if args.save_to:
+        _save([Path(f.reproducer_path) for f in failures if f.reproducer_path])
+    return 1 if failures or result.by_verdict(ORACLE_BUG) else 0
+
+
+def _save(paths: list[Path]) -> int:
+    from specgate import triage
+    from specgate.search.corpus import SaveError, save
+
+    status = 0
+    for path in paths:
+        try:
+            data = triage.load_reproducer(path)
+            written, command = save(data)
+        except (triage.ReproError, SaveError) as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            status = 2
+            continue
+        print(f"saved {path} as a corpus case in {written}; record its references with: {command}")
+    return status

@@ -1,0 +1,174 @@
+"""The search report: ``<out>/search-<impl stem>.md`` and ``.json``, and one
+reproducer per root cause in ``<out>/repro/search-<impl stem>/<group>.json`` —
+the format of the parity run's reproducers, so ``specgate repro FILE --impl X``
+replays them.
+
+Only ``engine-divergence`` findings are engine failures. Oracle bugs are listed
+first and loudly, with their input; reference disagreements and unconfirmed
+candidates (no reference could run) are listed apart from the failures.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from specgate.search import confirm as confirming
+from specgate.search.session import Finding, SearchResult
+from specgate.search.stages import size
+
+SECTIONS = (
+    (confirming.ORACLE_BUG, "ORACLE BUGS — the references agree with the engine, not with the oracle"),
+    (confirming.ENGINE_DIVERGENCE, "Engine divergences (confirmed by the references)"),
+    (confirming.REFERENCE_DISAGREEMENT, "Reference disagreements (not engine failures)"),
+    (confirming.UNCONFIRMED, "Unconfirmed candidates (no reference could judge them; not engine failures)"),
+)
+
+
+def stem(impl: str) -> str:
+    from specgate.report import report_stem
+
+    return "search-" + report_stem(impl).removeprefix("parity-")
+
+
+def write(result: SearchResult, out: Path) -> list[Path]:
+    """Reproducers, Markdown and JSON reports; returns the report paths."""
+    from specgate.triage import REFERENCE_NOTE, Group
+
+    name = stem(result.impl)
+    repro_dir = out / "repro" / name
+    for finding in result.findings:
+        c = finding.candidate
+        key = c.signature + (f" ¦ {c.shape}" if c.shape else "")  # variants of one signature: own files
+        group = Group(key, [_Record(c.stage if c.stage != "template" else "render", c.model)])
+        finding.group_id = group.id
+        repro_dir.mkdir(parents=True, exist_ok=True)
+        path = repro_dir / f"{group.id}.json"
+        path.write_text(json.dumps(_reproducer(result, finding, REFERENCE_NOTE), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")  # fmt: skip
+        finding.reproducer_path = str(path)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / f"{name}.md", out / f"{name}.json"
+    md.write_text(markdown(result), encoding="utf-8")
+    js.write_text(
+        json.dumps(payload(result), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
+    )
+    return [md, js]
+
+
+class _Record:
+    """What ``triage.Group`` needs of a record to name a group."""
+
+    def __init__(self, stage: str, model: str) -> None:
+        self.stage, self.model = stage, model
+
+
+def _reproducer(result: SearchResult, f: Finding, note: str) -> dict[str, Any]:
+    c = f.candidate
+    return {
+        "impl": result.impl,
+        "group": f.group_id,
+        "signature": c.signature,
+        "stage": "render" if c.stage == "template" else c.stage,
+        "model": c.model,
+        "original_case": f"differential search, --seed {result.seed}, example {c.found_after}",
+        "reference": "oracle",
+        "note": note.replace("the original case was confirmed", "this input was judged"),
+        "confirmation": f.confirmation.as_dict(),
+        "input": f.input,
+        "outcome": c.outcome,
+        "divergence": f.answers.get("message", c.message),
+        "engine_answer": f.answers.get("engine"),
+        "oracle_answer": f.answers.get("oracle"),
+        "original_input": c.first_input,
+        "shrinking": {
+            "from_size": size(c.first_input),
+            "to_size": size(f.input),
+            "checks": f.checks,
+            "seconds": f.minimize_seconds,
+        },
+    }
+
+
+def payload(result: SearchResult) -> dict[str, Any]:
+    return {
+        "impl": result.impl,
+        "seed": result.seed,
+        "budget_seconds": result.budget,
+        "seconds": result.seconds,
+        "stages": [
+            {
+                "stage": r.stage,
+                "model": r.model,
+                "examples": r.examples,
+                "rounds": r.rounds,
+                "seconds": r.seconds,
+                "notes": r.notes,
+                "oracle_errors": r.oracle_errors,
+            }
+            for r in result.runs
+        ],
+        "skipped": result.skipped,
+        "references_missing": result.references_missing,
+        "findings": [
+            {
+                "verdict": f.confirmation.verdict,
+                "judges": f.confirmation.judges,
+                "stage": f.candidate.stage,
+                "model": f.candidate.model,
+                "signature": f.candidate.signature,
+                "shape": f.candidate.shape,
+                "outcome": f.candidate.outcome,
+                "input": f.input,
+                "size": size(f.input),
+                "divergence": f.answers.get("message", f.candidate.message),
+                "hits": f.candidate.hits,
+                "reproducer_file": f.reproducer_path,
+            }
+            for f in result.findings
+        ],
+    }
+
+
+def markdown(result: SearchResult) -> str:
+    lines = [
+        f"# Differential search: `{result.impl}`",
+        "",
+        f"seed {result.seed}, budget {result.budget:g} s, took {result.seconds:g} s. "
+        "Inputs ran through the engine and the oracle side by side; every divergence was minimized and "
+        "judged by the stage's live references before being reported.",
+        "",
+        "| stage | model | examples | divergences from the oracle | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for r in result.runs:
+        notes = "; ".join(r.notes + [f"{len(r.oracle_errors)} oracle error(s)"] * bool(r.oracle_errors))
+        lines.append(f"| {r.stage} | {r.model} | {r.examples} | {len(r.candidates)} | {notes} |")
+    for why in result.skipped:
+        lines.append(f"\nskipped: {why}")
+    if result.references_missing:
+        lines += ["", "**References missing here** — candidates they would judge are listed as unconfirmed:"]
+        lines += [f"- {why}" for why in result.references_missing]
+    for verdict, title in SECTIONS:
+        found = result.by_verdict(verdict)
+        lines += ["", f"## {title}: {len(found)}", ""]
+        for f in found:
+            lines += [
+                f"### {f.candidate.stage} · {f.candidate.model} · `{f.group_id}`",
+                f"- signature: `{f.candidate.signature}`",
+                f"- input shape: `{f.candidate.shape}`",
+                f"- input ({size(f.input)} units): `{json.dumps(f.input, ensure_ascii=False)[:600]}`",
+                f"- judges: {'; '.join(f'{k}: {v}' for k, v in f.confirmation.judges.items())}",
+                f"- reproducer: `{f.reproducer_path}`",
+                "",
+                "```",
+                (f.answers.get("message") or f.candidate.message)[:1500],
+                "```",
+                "",
+            ]
+    for r in result.runs:
+        for e in r.oracle_errors:
+            lines.append(
+                f"- ORACLE ERROR on {r.stage}/{r.model}: {e['error']} — input `{json.dumps(e['input'], ensure_ascii=False)[:300]}`"
+            )
+    return "\n".join(lines) + "\n"

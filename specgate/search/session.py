@@ -1,0 +1,168 @@
+"""One search session: every requested stage × model searched within its share of
+the budget, then each root cause minimized, confirmed by the references, and
+written as a reproducer; the report says what was found and by whom it was
+confirmed."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specgate.search import confirm as confirming
+from specgate.search.run import Candidate, StageRun, search_stage
+from specgate.search.stages import DEFAULT_STAGES, FORWARD_MODELS, QUANTIZED_LOGITS, STAGES, size
+
+#: Share of the budget spent searching; the rest minimizes and confirms.
+SEARCH_SHARE = 0.65
+MINIMIZE_SECONDS = 15.0  # at most, per root cause
+MINIMIZE_FLOOR = 3.0  # at least, even past the budget: a reproducer is worth 3 s
+
+
+class SearchError(Exception):
+    """A usage problem (unknown stage or model, an engine that offers nothing to search): one line."""
+
+
+@dataclass
+class Finding:
+    candidate: Candidate
+    input: dict[str, Any]
+    confirmation: confirming.Confirmation
+    checks: int
+    minimize_seconds: float
+    answers: dict[str, Any] = field(default_factory=dict)
+    group_id: str = ""
+    reproducer_path: str | None = None
+
+
+@dataclass
+class SearchResult:
+    impl: str
+    seed: int
+    budget: float
+    runs: list[StageRun] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    references_missing: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def by_verdict(self, verdict: str) -> list[Finding]:
+        return [f for f in self.findings if f.confirmation.verdict == verdict]
+
+
+def plan(engine: Any, stages: list[str] | None, models: list[str] | None) -> list[tuple[Any, str]]:
+    """(stage, model id) pairs to search: the stages the engine offers, each on the
+    given models (``--models``) or its default models."""
+    names = stages or list(DEFAULT_STAGES)
+    unknown = [s for s in names if s not in STAGES]
+    if unknown:
+        raise SearchError(f"unknown stage(s) {unknown}; searchable stages: {', '.join(STAGES)}")
+    pairs = []
+    for name in names:
+        stage = STAGES[name]
+        if name == "logits" and "exact" not in engine.classes:
+            stage = QUANTIZED_LOGITS
+        if not engine.offers(stage.capability):
+            continue
+        chosen = _models_for(stage, models or [])
+        pairs.extend((stage, m) for m in chosen)
+    if not pairs:
+        raise SearchError(f"{engine.name} offers none of the stages {names}")
+    return pairs
+
+
+def _models_for(stage: Any, models: list[str]) -> list[str]:
+    """The ``--models`` a stage runs on: all of them for the tokenizer and render stages, the
+    tiny ones for the forward stage (a forward pass per example); the stage's own otherwise."""
+    if stage.default_models[0] in ("constructs", "sampler"):
+        return list(stage.default_models)
+    if stage.default_models == FORWARD_MODELS:
+        return [m for m in models if m.startswith("tiny-")] or list(FORWARD_MODELS)
+    return models or list(stage.default_models)
+
+
+def model_ref(model_id: str) -> Any:
+    from specgate import triage
+
+    return triage.model_for(model_id)
+
+
+def run_search(
+    engine: Any,
+    impl: str,
+    *,
+    stages: list[str] | None = None,
+    models: list[str] | None = None,
+    budget: float = 600.0,
+    seed: int = 0,
+    database: Path | None = None,
+    oracle: Any = None,
+    references: confirming.References | None = None,
+    max_rss_mb: float = 6000.0,
+    log: Callable[[str], None] = lambda line: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchResult:
+    """Search ``engine`` against ``oracle`` (the live oracle by default; a test passes
+    another) and confirm what diverges on ``references``."""
+    from impl.oracle import OracleEngine
+
+    oracle = oracle if oracle is not None else OracleEngine()
+    refs = references if references is not None else confirming.References()
+    start = clock()
+    pairs = plan(engine, stages, models)
+    result = SearchResult(impl, seed, budget)
+    search_end = start + SEARCH_SHARE * budget
+    for k, (stage, model_id) in enumerate(pairs):
+        try:
+            model = model_ref(model_id)
+        except Exception as exc:
+            result.skipped.append(f"{stage.name} on {model_id}: {str(exc).splitlines()[0]}")
+            continue
+        share = (search_end - clock()) / (len(pairs) - k)
+        log(f"searching {stage.name} on {model_id} for {share:.0f} s")
+        run = search_stage(
+            stage, model_id, model, engine, oracle,
+            seed=seed, deadline=clock() + share, database=database, max_rss_mb=max_rss_mb, clock=clock,
+        )  # fmt: skip
+        log(f"  {run.examples} examples, {len(run.candidates)} divergence(s) from the oracle")
+        result.runs.append(run)
+        for candidate in run.candidates.values():
+            result.findings.append(
+                _settle(stage, model, candidate, engine, oracle, refs, start + budget, clock)
+            )
+            log(f"  {result.findings[-1].confirmation.verdict}: {candidate.signature}")
+    result.references_missing = sorted(
+        {
+            why
+            for f in result.findings
+            for why in f.confirmation.judges.values()
+            if why.startswith("unavailable")
+        }
+    )
+    result.seconds = round(clock() - start, 3)
+    return result
+
+
+def _settle(
+    stage: Any, model: Any, candidate: Candidate, engine: Any, oracle: Any, refs: Any, end: float, clock: Any
+) -> Finding:
+    """Minimize one candidate, then have the references judge the minimized input
+    (and, when they cannot confirm it, the input hypothesis first found)."""
+    from specgate.search.minimize import minimize
+    from specgate.triage import recheck
+
+    began = clock()
+    budget = max(MINIMIZE_FLOOR, min(MINIMIZE_SECONDS, end - began))
+    small, checks = minimize(
+        stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock
+    )
+    seconds = round(clock() - began, 3)
+    confirmation = confirming.confirm(stage, model, small, engine, oracle, refs)
+    verdict = recheck(stage.gate_stage, engine, oracle, model, small)
+    answers = {"engine": verdict.engine_answer, "oracle": verdict.oracle_answer, "message": verdict.message}
+    return Finding(candidate, small, confirmation, checks, seconds, answers)
+
+
+__all__ = ["Finding", "SearchError", "SearchResult", "plan", "run_search", "size"]

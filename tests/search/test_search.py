@@ -1,0 +1,300 @@
+"""The differential search (``specgate.search``) against engines with known defects.
+
+* Each mutant engine of ``tests/engines/mutants/`` whose stage the search covers,
+  run as an external process, has its planted defect found within a small budget,
+  confirmed by the live references and reported with a reproducer of a few
+  characters, messages or logits that ``specgate repro`` replays.
+* The oracle served through ``cmd:`` gives no finding at all in the same budget.
+* A divergence the references do not confirm is never an engine failure: against a
+  deliberately broken oracle (injected: the search takes the live oracle as a
+  parameter) the same divergences are oracle bugs; without references they are
+  unconfirmed candidates.
+* The same seed generates the same inputs; a later run resumes from the example
+  database (its first example is the saved failure).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from impl.oracle import OracleEngine
+from impl.registry import resolve
+from specgate import models as model_cache
+from specgate import triage
+from specgate.plugin import model_missing
+from specgate.search import confirm, report
+from specgate.search.run import search_stage
+from specgate.search.session import run_search
+from specgate.search.stages import DEFAULT_STAGES, STAGES, size
+
+MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants"
+BUDGET = 25.0  # seconds of search per mutant (the session's default is 10 minutes)
+
+
+def require(model_id: str) -> None:
+    if model_id not in model_cache.cached_models():
+        model_missing(f"{model_id}; run: specgate models fetch")
+
+
+def script_impl(name: str) -> str:
+    return f"cmd:{sys.executable} {MUTANTS / name}.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    script: str
+    stages: tuple[str, ...]
+    found: dict[str, int]  # stage -> largest acceptable reproducer (size units of stages.size)
+
+
+MUTANT_CASES = [
+    Mutant("tokenizer_no_lookahead", ("split", "encode"), {"split": 4, "encode": 4}),
+    Mutant("template_swallow_chatml", ("render",), {"render": 3}),
+    Mutant("sampler_top_p_ge", ("sample",), {"sample": 4}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MUTANT_CASES, ids=[m.script for m in MUTANT_CASES])
+def test_search_finds_the_planted_defect(mutant: Mutant, tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    impl = script_impl(mutant.script)
+    engine = resolve(impl)
+    try:
+        result = run_search(
+            engine, impl, stages=list(mutant.stages), budget=BUDGET, seed=1, database=tmp_path / "db"
+        )
+        report.write(result, tmp_path)
+        failures = result.by_verdict(confirm.ENGINE_DIVERGENCE)
+        assert {f.candidate.stage for f in failures} == set(mutant.found), [
+            (f.candidate.signature, f.confirmation.as_dict()) for f in result.findings
+        ]
+        assert not result.by_verdict(confirm.ORACLE_BUG)
+        for f in failures:
+            assert size(f.input) <= mutant.found[f.candidate.stage], f.input
+            data = triage.load_reproducer(f.reproducer_path)  # the parity run's reproducer format
+            verdict, same = triage.replay(data, engine)
+            assert verdict.outcome == "fail" and same, verdict.message
+            assert triage.replay(data, OracleEngine())[0].outcome == "pass"
+    finally:
+        engine.close()
+    assert result.seconds < BUDGET + 40  # the references load once, after the search
+
+
+@pytest.mark.slow
+def test_the_oracle_over_cmd_shows_nothing(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    impl = f"cmd:{sys.executable} -m specgate.cli engine --impl oracle"
+    engine = resolve(impl)
+    try:
+        result = run_search(engine, impl, budget=2 * BUDGET, seed=1, database=tmp_path / "db")
+    finally:
+        engine.close()
+    assert [r.stage for r in result.runs] == list(DEFAULT_STAGES)
+    assert all(r.examples > 20 for r in result.runs), [(r.stage, r.examples) for r in result.runs]
+    assert result.findings == [], [f.candidate.signature for f in result.findings]
+    assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
+
+
+class DigitGluingOracle(OracleEngine):
+    """A deliberately broken stand-in for the live oracle: its split glues runs of
+    digits into one piece (the Qwen2 rule takes digits one at a time)."""
+
+    def split(self, model, text):
+        pieces: list[str] = []
+        for piece in super().split(model, text):
+            if pieces and piece.isdigit() and pieces[-1].isdigit():
+                pieces[-1] += piece
+            else:
+                pieces.append(piece)
+        return pieces
+
+
+def test_an_oracle_mistake_is_an_oracle_bug_never_an_engine_failure(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    engine = OracleEngine()  # agrees with CPython regex, the split reference
+    result = run_search(
+        engine, "oracle", stages=["split"], budget=8, seed=3, database=None, oracle=DigitGluingOracle()
+    )
+    assert result.findings, "the search did not reach a digit run"
+    assert {f.confirmation.verdict for f in result.findings} == {confirm.ORACLE_BUG}
+    assert all(f.confirmation.judges == {"regex": "agrees with the engine"} for f in result.findings)
+    text = report.markdown(result)
+    assert "## Engine divergences (confirmed by the references): 0" in text
+    assert "## ORACLE BUGS — the references agree with the engine, not with the oracle: 1" in text
+
+
+def test_without_references_candidates_are_unconfirmed_not_failures(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    withheld = confirm.References({"regex": "regex withheld by this test"})
+    result = run_search(
+        DigitGluingOracle(), "digit-gluing", stages=["split"], budget=8, seed=3, references=withheld
+    )
+    assert result.findings
+    assert {f.confirmation.verdict for f in result.findings} == {confirm.UNCONFIRMED}
+    paths = report.write(result, tmp_path)
+    body = json.loads(paths[1].read_text(encoding="utf-8"))
+    assert body["references_missing"] == ["unavailable: regex withheld by this test"]
+    assert "## Engine divergences (confirmed by the references): 0" in paths[0].read_text(encoding="utf-8")
+
+
+class Ticks:
+    """A clock that advances a fixed step per reading: wall time out of the picture."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.01
+        return self.now
+
+
+def _search(seed: int, database: Path | None) -> object:
+    model = model_cache.model_ref("qwen3-vocab")
+    clock = Ticks()
+    return search_stage(
+        STAGES["split"], "qwen3-vocab", model, DigitGluingOracle(), OracleEngine(),
+        seed=seed, deadline=3.0, database=database, clock=clock,
+    )  # fmt: skip
+
+
+def test_same_seed_same_search_and_resume_from_the_database(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    first, again, other = _search(5, None), _search(5, None), _search(6, None)
+    assert first.examples == again.examples and first.candidates.keys() == again.candidates.keys()
+    assert [c.first_input for c in first.candidates.values()] == [
+        c.first_input for c in again.candidates.values()
+    ]
+    assert [c.first_input for c in first.candidates.values()] != [
+        c.first_input for c in other.candidates.values()
+    ]
+    saved = _search(5, tmp_path / "db")
+    assert min(c.found_after for c in saved.candidates.values()) > 1
+    resumed = _search(7, tmp_path / "db")  # another seed: the saved failure comes first
+    assert min(c.found_after for c in resumed.candidates.values()) == 1
+
+
+@pytest.mark.slow
+def test_search_finds_the_rope_defect_on_a_tiny_model(tmp_path: Path) -> None:
+    """The forward stage (asked for by name) on a tiny float32 model: the interleaved
+    RoPE shows from the second position on, so two or three ids reproduce it."""
+    if "tiny-qwen2-f32" not in model_cache.cached_tiny_models():
+        model_missing("tiny-qwen2-f32; run: specgate models tiny")
+    impl = script_impl("rope_interleaved")
+    engine = resolve(impl)
+    try:
+        result = run_search(engine, impl, stages=["logits"], budget=BUDGET, seed=1, database=None)
+    finally:
+        engine.close()
+    failures = result.by_verdict(confirm.ENGINE_DIVERGENCE)
+    assert failures and all(f.candidate.stage == "logits" for f in failures), [
+        (f.candidate.signature, f.confirmation.as_dict()) for f in result.findings
+    ]
+    assert min(size(f.input) for f in failures) <= 3
+    assert all(f.confirmation.judges == {"hf": "agrees with the oracle"} for f in failures)
+
+
+def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
+    """A reproducer becomes a case of the corpus file its stage reads (a copy of the
+    corpus here), in that file's own format; a decode reproducer is refused by name."""
+    import shutil
+
+    from specgate.render_corpus import CORPUS
+    from specgate.search.corpus import SaveError, save
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS, corpus, ignore=shutil.ignore_patterns("*.toml"))
+    base = {"impl": "cmd:x", "signature": "s", "model": "qwen3-vocab", "group": "g-1"}
+    path, command = save(
+        {**base, "stage": "encode", "input": {"text": "\t'l", "parse_special": True}}, corpus
+    )
+    last = json.loads(path.read_text(encoding="utf-8").rstrip("\n").split("\n")[-1])
+    assert last == {"id": "search-g-1", "category": "search", "text": "\t'l"} and "snapshots" in command
+    with pytest.raises(SaveError, match="already a tokenizer corpus case"):
+        save({**base, "stage": "split", "input": {"text": "\t'l"}}, corpus)
+    messages = [{"role": "user", "content": "x"}]
+    path, _ = save(
+        {
+            **base,
+            "stage": "render",
+            "input": {"messages": messages, "add_generation_prompt": True, "kwargs": {}},
+        },
+        corpus,
+    )
+    case = json.loads(path.read_text(encoding="utf-8"))
+    assert case["messages"] == messages and case["add_generation_prompt"] == [True]
+    numbered = [int(p.name[:2]) for p in (CORPUS / "conversations").glob("*.json")]
+    assert path.parent == corpus / "conversations" and path.name.startswith(
+        f"{max(numbered) + 1:02d}_search_"
+    )
+    path, _ = save({**base, "stage": "render", "input": {"template": "{{ s }}", "context": {"s": 1}}}, corpus)
+    assert path.parent == corpus / "templates" / "constructs"
+    assert json.loads(path.read_text(encoding="utf-8"))["template"] == "{{ s }}"
+    with pytest.raises(SaveError, match="decode reproducer has no corpus file"):
+        save({**base, "stage": "decode", "input": {"ids": [98]}}, corpus)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--impl", "oracle", "--stages", "split,tokenise"],
+            "unknown stage(s) ['tokenise']; searchable stages:",
+        ),
+        (["--impl", "nonesuch"], "unknown --impl 'nonesuch'"),
+        (["--impl", "oracle", "--budget", "10x"], "invalid duration '10x': use e.g. 90s, 10m, 1h"),
+        (["--save-to", "corpus", "--from", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (
+            ["--impl", f"cmd:{sys.executable} -c pass"],
+            "exited (or closed stdout) before answering the handshake",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line(args: list[str], message: str, tmp_path: Path) -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "search", *args, "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert message in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert (
+        len([line for line in run.stderr.splitlines() if line.startswith("specgate") or "error:" in line])
+        == 1
+    )
+
+
+def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> None:
+    """U+125F1 is unassigned in Python's and regex's Unicode data, a letter in llama.cpp's
+    tables: whoever the references side with, the tokenizer stage's skew rule makes such
+    an encode divergence a reference disagreement (found by the search against tokie)."""
+    require("qwen3-vocab")
+    model = model_cache.model_ref("qwen3-vocab")
+    inp = {"text": "\U000125f1's", "parse_special": True}
+    refs = confirm.References()
+    try:
+        engine = refs.get("llamacpp")  # an engine with llama.cpp's tables: both references side with it
+        if isinstance(engine, str):
+            pytest.skip(engine)
+        verdict = confirm.confirm(STAGES["encode"], model, inp, engine, OracleEngine(), refs)
+    finally:
+        refs.close()
+    assert verdict.judges["llamacpp"] == verdict.judges["hf"] == "agrees with the engine"
+    assert verdict.verdict == confirm.REFERENCE_DISAGREEMENT and "U+125F1" in verdict.judges["unicode"]
+
+
+def test_the_memory_bound_stops_a_stage(tmp_path: Path) -> None:
+    require("qwen3-vocab")
+    model = model_cache.model_ref("qwen3-vocab")
+    run = search_stage(
+        STAGES["split"], "qwen3-vocab", model, OracleEngine(), OracleEngine(),
+        seed=1, deadline=time.monotonic() + 30, database=None, max_rss_mb=1.0,
+    )  # fmt: skip
+    assert run.examples == 50 and run.notes == ["stopped: the search's resident memory passed 1 MB"], run
