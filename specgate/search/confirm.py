@@ -36,7 +36,7 @@ UNCONFIRMED = "unconfirmed"
 
 
 class DocumentedSampler(Engine):
-    """llama.cpp's samplers run in the documented chain (``impl.llamacpp_sampler``,
+    """llama.cpp's samplers run in the documented chain (``impl.llamacpp.sampler``,
     the sample snapshots' reference), with the documented draw on its final
     candidates (the sample gate's ``expected_draw``)."""
 
@@ -44,7 +44,7 @@ class DocumentedSampler(Engine):
     is_reference = True
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
-        from impl.llamacpp_sampler import run_chain
+        from impl.llamacpp.sampler import run_chain
         from specgate.checks.sample import expected_draw
 
         result = run_chain(logits, params, documented=True)
@@ -94,14 +94,14 @@ def _build(name: str) -> Engine | str:
     except ImportError as exc:
         return f"{name} is not installed ({exc})"
     if name == "llamacpp":
-        from impl.llamacpp import LlamaCppEngine
+        from impl.llamacpp.engine import LlamaCppEngine
 
         return LlamaCppEngine()
     if name == "hf":
-        from impl.hf import HFEngine
+        from impl.hf.engine import HFEngine
 
         return HFEngine()
-    from impl.references import RegexSplitter
+    from impl.text.engines import RegexSplitter
 
     return RegexSplitter()
 
@@ -159,7 +159,7 @@ def confirm(
 
 
 def _sample_unjudgeable(inp: dict[str, Any]) -> str | None:
-    from impl.llamacpp_sampler import topk_tie
+    from impl.llamacpp.sampler import topk_tie
     from specgate.checks.sample import logits_of
 
     return topk_tie(logits_of(inp), inp["params"])
