@@ -43,9 +43,12 @@ from oracle.pretokenize import RULES, Rule, split
 from oracle.special import SpecialScanner
 from oracle.utf8 import complete_utf8_prefix_len
 
-CONTROL, USER_DEFINED = 3, 4
+NORMAL, CONTROL, USER_DEFINED = 1, 3, 4
 # llama.cpp's token types: 0 undefined, 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte
 MAX_TOKEN_TYPE = 6
+# A byte-level BPE vocabulary decodes only these types to their text; llama.cpp's
+# token_to_piece gives every other type (the [PAD<id>] fillers are "unused") no bytes.
+DECODED_TYPES = (NORMAL, CONTROL, USER_DEFINED)
 CHATML_FALLBACKS = ("<|im_start|>", "<|im_end|>")
 CACHE_LIMIT = 1 << 17  # pieces remembered; cleared when full, enough for ~1 MB of mixed text
 
@@ -77,14 +80,20 @@ def refuse_empty_special(gguf: GGUFFile, specials: dict[str, int]) -> None:
         )
 
 
-def special_tokens(gguf: GGUFFile, tokens: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-    """(control, user-defined) tokens by text, from ``tokenizer.ggml.token_type``.
+def token_types(gguf: GGUFFile, tokens: list[str]) -> list[int]:
+    """Each token's type from ``tokenizer.ggml.token_type`` (all normal when absent)."""
+    types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
+    return [NORMAL] * len(tokens) if types is None else types.tolist()
+
+
+def special_tokens(
+    gguf: GGUFFile, tokens: list[str], types: list[int]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(control, user-defined) tokens by text, from the token types.
 
     Some converters mark the ChatML markers and eos as normal tokens; they are still
     protocol markers, so they count as control tokens. Real metadata wins: only what
     is not typed yet is added."""
-    types = read_ints(gguf, "tokenizer.ggml.token_type", 0, MAX_TOKEN_TYPE, length=len(tokens))
-    types = [1] * len(tokens) if types is None else types.tolist()
     control = {tokens[i]: i for i, t in enumerate(types) if t == CONTROL}
     user_defined = {tokens[i]: i for i, t in enumerate(types) if t == USER_DEFINED}
     eos = read_token_id(gguf, "tokenizer.ggml.eos_token_id", len(tokens))
@@ -104,8 +113,10 @@ class Tokenizer:
         rule: Rule,
         control: dict[str, int],
         user_defined: dict[str, int],
+        silent: Iterable[int] = (),
     ) -> None:
         self.tokens = list(tokens)
+        self.silent = frozenset(silent)  # ids that decode to no bytes (see DECODED_TYPES)
         self.vocab = {tok: i for i, tok in enumerate(self.tokens)}
         self.ranks = {tuple(m.split(" ", 1)): rank for rank, m in enumerate(merges)}
         self.rule = rule
@@ -146,8 +157,10 @@ class Tokenizer:
             )
         read_floats(gguf, "tokenizer.ggml.scores", length=len(tokens))  # unused by BPE, but must fit
 
-        control, user_defined = special_tokens(gguf, tokens)
-        return cls(tokens, merges, RULES[pre], control, user_defined)
+        types = token_types(gguf, tokens)
+        control, user_defined = special_tokens(gguf, tokens, types)
+        silent = [i for i, t in enumerate(types) if t not in DECODED_TYPES]
+        return cls(tokens, merges, RULES[pre], control, user_defined, silent)
 
     # --- encode -----------------------------------------------------------------
 
@@ -184,10 +197,10 @@ class Tokenizer:
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes ``ids`` stand for. Out-of-range ids are skipped, so a corrupt
-        sample cannot break a stream; entries holding real Unicode (not stand-ins)
-        come out as their UTF-8."""
+        sample cannot break a stream, and so are the silent types (unused fillers);
+        entries holding real Unicode (not stand-ins) come out as their UTF-8."""
         n = len(self.tokens)
-        return from_standin("".join(self.tokens[i] for i in ids if 0 <= i < n))
+        return from_standin("".join(self.tokens[i] for i in ids if 0 <= i < n and i not in self.silent))
 
 
 class Utf8Stream:
