@@ -22,19 +22,26 @@ from tests.tokenizer_corpus import cases
 # -- BPE: the heap over a linked list takes the definition's fusions, in its order -------------
 
 
-@given(
-    st.lists(st.sampled_from("abcd"), max_size=24),
-    st.lists(
-        st.tuples(st.text("abcd", min_size=1, max_size=3), st.text("abcd", min_size=1, max_size=3)),
-        max_size=20,
-    ),
-)
-def test_fast_merge_equals_the_definition_on_small_tables(symbols, pairs):
-    """A four-letter alphabet makes ties, overlapping pairs ("aaa") and chains of fusions
-    common; ranks are the pairs' order of first appearance."""
-    ranks: dict[tuple[str, str], int] = {}
-    for pair in pairs:
-        ranks.setdefault(pair, len(ranks))
+@st.composite
+def pieces_and_merges(draw: st.DrawFn) -> tuple[list[str], dict[tuple[str, str], int]]:
+    """Merges as training learns them: each new merge fuses two symbols that exist by then
+    (letters or earlier merges' results), so chains of fusions ("ab", "abc", "abab") occur,
+    with a few unreachable pairs mixed in (a vocabulary inconsistent with its merges). The
+    piece is a run of those symbols' text, so the chains fire, with ties and overlaps."""
+    symbols, ranks = ["a", "b", "c"], {}
+    for _ in range(draw(st.integers(0, 12))):
+        left, right = draw(st.sampled_from(symbols)), draw(st.sampled_from(symbols))
+        if draw(st.integers(0, 3)) == 0:
+            left = draw(st.text("abc", min_size=1, max_size=3))  # maybe unreachable
+        ranks.setdefault((left, right), len(ranks))
+        symbols.append(left + right)
+    piece = "".join(draw(st.lists(st.sampled_from(symbols), max_size=8)))
+    return list(piece[:40]), ranks
+
+
+@given(pieces_and_merges())
+def test_fast_merge_equals_the_definition_on_small_tables(piece_and_merges):
+    symbols, ranks = piece_and_merges
     assert bpe_fast.merge(symbols, ranks) == bpe.merge(symbols, ranks)
 
 
