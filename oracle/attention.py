@@ -1,36 +1,34 @@
-"""Causal grouped-query attention (GQA).
+"""Causal grouped-query attention (GQA) — the definition.
 
 ``n_head`` query heads share ``n_head_kv`` key/value heads: query head ``h`` reads
 kv head ``h // (n_head / n_head_kv)``, so consecutive query heads form a group over
 one kv head. Scores are scaled by ``1 / sqrt(head_dim)``; a query at absolute
 position ``p`` attends to the keys at positions ``0 .. p`` (itself included) and
-never to later ones.
+never to later ones::
 
-A block of new queries is handled at once: queries [n_head, T, d] are reshaped to
-[n_head_kv, group * T, d] — the heads of a group stacked — so that one matrix
-product per kv head against its keys [S, d] serves the whole group: no loop over
-heads or tokens, and plain 2-D products that numpy hands to BLAS.
+    attention(Q, K, V) = softmax(Q Kᵀ / sqrt(d) + mask) V,   mask = 0 where allowed, -inf elsewhere
 
-Two things keep a long prefill cheap without changing what is computed:
-
-* queries go in blocks of ``QUERY_BLOCK``; a block never sees a key after its
-  last query, so those keys are left out of its products altogether — about half
-  of the score matrix of a fresh prompt (its upper triangle) is never formed;
-* the softmax is normalized after the product with the values: dividing the
-  [T, d] output by each row's sum is the same as dividing the [T, S]
-  probabilities, with S / d times fewer divisions.
+This module computes exactly that, densely. ``oracle.attention_blocked`` computes
+the same thing in blocks of queries (skipping keys a block cannot see, normalizing
+after the product with V) and is what the forward pass runs: on a 512-token prompt
+it forms half the scores. ``tests/oracle/test_definitions.py`` holds the two equal
+to float32 rounding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-QUERY_BLOCK = 64  # measured on a 512-token prefill: 32..128 tie, 256 is ~30% slower
-
 
 def causal_mask(q_positions: np.ndarray, n_keys: int) -> np.ndarray:
     """True where query (row) may attend key (column): key position <= query position."""
     return np.arange(n_keys)[None, :] <= q_positions[:, None]
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """softmax over the last axis; exp(score - row max) keeps every term <= 1 (no overflow)."""
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
@@ -40,26 +38,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarr
     k, v: [n_head_kv, S, d] for every cached position 0 .. S-1 (new tokens included).
     Returns [n_head, T, d].
     """
-    out = np.empty_like(q)
-    for start in range(0, q.shape[1], QUERY_BLOCK):
-        block = slice(start, start + QUERY_BLOCK)
-        n_keys = int(q_positions[block][-1]) + 1  # keys beyond the block's last query are masked anyway
-        out[:, block] = attend(q[:, block], k[:, :n_keys], v[:, :n_keys], q_positions[block])
-    return out
-
-
-def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
-    """Attention of one block of queries over keys/values [n_head_kv, S, d]."""
-    n_head, t, d = q.shape
-    n_head_kv, s, _ = k.shape
-    group = n_head // n_head_kv
-    # Scaling the queries scales every score: [T, d] multiplications instead of [T, S].
-    qg = (q * np.float32(1 / np.sqrt(d))).reshape(n_head_kv, group * t, d)
-    scores = (qg @ k.transpose(0, 2, 1)).reshape(n_head_kv, group, t, s)
-    scores += np.where(causal_mask(q_positions, s), np.float32(0), np.float32(-np.inf))  # [T, S]
-    # exp(score - row max): the largest term is exp(0) = 1, so nothing overflows.
-    scores -= scores.max(axis=-1, keepdims=True)
-    weights = np.exp(scores, out=scores).reshape(n_head_kv, group * t, s)
-    out = weights @ v
-    out /= weights.sum(axis=-1, keepdims=True)
-    return out.reshape(n_head, t, d)
+    group = q.shape[0] // k.shape[0]
+    k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)  # kv head h // group for query head h
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1]).astype(q.dtype)  # [n_head, T, S]
+    mask = np.where(causal_mask(q_positions, k.shape[1]), 0, -np.inf).astype(q.dtype)
+    return softmax(scores + mask) @ v

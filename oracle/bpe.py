@@ -1,4 +1,4 @@
-"""Byte-pair merging: replaying the training-time merge list on one piece.
+"""Byte-pair merging: replaying the training-time merge list on one piece — the definition.
 
 Training learned merges in order of frequency; a merge's rank is its position in
 ``tokenizer.ggml.merges`` (rank 0 = the most frequent pair). Encoding replays
@@ -13,11 +13,15 @@ Devanagari cluster that no merge produces), and every reference splits it.
 After merging, each symbol is looked up in the vocabulary. A symbol that is not
 there (a vocabulary inconsistent with its merges) becomes one token per byte —
 never id 0, which would silently put the vocabulary's first entry in the output.
+
+``merge`` here is the loop as stated, quadratic in the piece's length;
+``oracle.bpe_fast`` takes the same steps in O(n log n) and is what the tokenizer
+runs (a line of CJK text is one piece of thousands of characters). A property test
+(``tests/oracle/test_definitions.py``) holds the two to identical output.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections.abc import Mapping
 
@@ -26,42 +30,14 @@ Ranks = Mapping[tuple[str, str], int]
 
 def merge(symbols: list[str], ranks: Ranks) -> list[str]:
     """Fuse adjacent symbols, lowest-rank pair first (leftmost on ties), until no
-    adjacent pair has a rank.
-
-    The obvious loop — scan every adjacent pair, fuse the best, repeat — is
-    quadratic, and a piece can be thousands of characters long (a line of CJK text
-    is a single "word"). So the same steps are taken with two helpers: the symbols
-    sit in a linked list (``nxt``/``prv`` indices; a fused-away symbol becomes
-    None), and the candidate pairs wait in a heap ordered by (rank, position). A
-    popped candidate whose two symbols are no longer neighbours with those exact
-    strings is stale and skipped; each fusion pushes the two new pairs it creates.
-    """
-    parts: list[str | None] = list(symbols)
-    n = len(parts)
-    nxt = list(range(1, n + 1))  # index of the next live symbol; n = none
-    prv = list(range(-1, n - 1))  # index of the previous live symbol; -1 = none
-    heap = [
-        (rank, i, a, b)
-        for i, (a, b) in enumerate(itertools.pairwise(parts))
-        if (rank := ranks.get((a, b))) is not None
-    ]
-    heapq.heapify(heap)
-    while heap:
-        _, i, left, right = heapq.heappop(heap)
-        j = nxt[i]
-        if j == n or parts[i] != left or parts[j] != right:
-            continue  # stale: one of the two was fused into something else since
-        fused = left + right
-        parts[i], parts[j] = fused, None
-        nxt[i] = k = nxt[j]
-        if k < n:
-            prv[k] = i
-            if (rank := ranks.get((fused, parts[k]))) is not None:
-                heapq.heappush(heap, (rank, i, fused, parts[k]))
-        h = prv[i]
-        if h >= 0 and (rank := ranks.get((parts[h], fused))) is not None:
-            heapq.heappush(heap, (rank, h, parts[h], fused))
-    return [s for s in parts if s is not None]
+    adjacent pair has a rank."""
+    parts = list(symbols)
+    while True:
+        ranked = [(ranks[pair], i) for i, pair in enumerate(itertools.pairwise(parts)) if pair in ranks]
+        if not ranked:
+            return parts
+        _, i = min(ranked)  # lowest rank; on a tie, the lowest position
+        parts[i : i + 2] = [parts[i] + parts[i + 1]]
 
 
 def to_ids(symbols: list[str], vocab: Mapping[str, int]) -> list[int]:

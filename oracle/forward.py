@@ -14,7 +14,9 @@ For each new token (a whole prompt at once in ``prefill``, one token in ``step``
     logits = (rms_norm(x) * output_norm) Wₒᵀ                   Wₒ = token_embd when tied
 
 Weights are read from the GGUF and dequantized lazily (``oracle.weights``);
-hyper-parameters come from ``oracle.dispatch``. Everything is float32 numpy:
+hyper-parameters come from ``oracle.dispatch``, and ``oracle.load_checks`` holds the
+file to them before anything runs. Attention is the definition's result computed in
+blocks (``oracle.attention_blocked``). Everything is float32 numpy:
 matrix products go to BLAS, and a prompt is processed as one [T, n_embd] block —
 there is no Python loop over tokens.
 """
@@ -26,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from oracle import attention, rope
-from oracle.dispatch import Hparams, UnsupportedModel, dispatch
+from oracle import attention_blocked, rope
+from oracle.dispatch import dispatch
 from oracle.gguf import GGUFFile, open_gguf
 from oracle.kv_cache import ContextOverflow, KVCache
-from oracle.weights import DEFAULT_BUDGET_BYTES, Weights, check_types
+from oracle.load_checks import check_runnable, check_token_ids
+from oracle.weights import DEFAULT_BUDGET_BYTES, Weights
 
 __all__ = ["ContextOverflow", "Model"]
 
@@ -54,42 +57,6 @@ def silu(x: np.ndarray) -> np.ndarray:
     return np.divide(x, s, out=s)
 
 
-def tensor_names(architecture: str, n_layer: int, tied: bool) -> list[str]:
-    """Every tensor the forward pass reads, by GGUF name."""
-    per_layer = [
-        "attn_norm.weight",
-        "attn_q.weight",
-        "attn_k.weight",
-        "attn_v.weight",
-        "attn_output.weight",
-        "ffn_norm.weight",
-        "ffn_gate.weight",
-        "ffn_up.weight",
-        "ffn_down.weight",
-    ]
-    if architecture == "qwen2":
-        per_layer += ["attn_q.bias", "attn_k.bias", "attn_v.bias"]
-    if architecture == "qwen3":
-        per_layer += ["attn_q_norm.weight", "attn_k_norm.weight"]
-    names = ["token_embd.weight", "output_norm.weight"] + ([] if tied else ["output.weight"])
-    return names + [f"blk.{i}.{p}" for i in range(n_layer) for p in per_layer]
-
-
-def expected_shapes(hp: Hparams) -> dict[str, tuple[int, ...]]:
-    """Numpy shapes of the tensors, from the hyper-parameters (checked at load)."""
-    q_dim, kv_dim = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
-    return {
-        "token_embd.weight": (hp.n_vocab, hp.n_embd), "output.weight": (hp.n_vocab, hp.n_embd),
-        "output_norm.weight": (hp.n_embd,), "attn_norm.weight": (hp.n_embd,), "ffn_norm.weight": (hp.n_embd,),
-        "attn_q.weight": (q_dim, hp.n_embd), "attn_k.weight": (kv_dim, hp.n_embd),
-        "attn_v.weight": (kv_dim, hp.n_embd), "attn_output.weight": (hp.n_embd, q_dim),
-        "attn_q.bias": (q_dim,), "attn_k.bias": (kv_dim,), "attn_v.bias": (kv_dim,),
-        "attn_q_norm.weight": (hp.head_dim,), "attn_k_norm.weight": (hp.head_dim,),
-        "ffn_gate.weight": (hp.n_ff, hp.n_embd), "ffn_up.weight": (hp.n_ff, hp.n_embd),
-        "ffn_down.weight": (hp.n_embd, hp.n_ff),
-    }  # fmt: skip
-
-
 class Model:
     """A Qwen2/Qwen3 model with a KV cache.
 
@@ -102,29 +69,8 @@ class Model:
         self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES, n_ctx: int | None = None
     ) -> None:
         spec = dispatch(gguf)
-        if spec.hparams is None or not gguf.tensors:
-            raise UnsupportedModel(f"{gguf.path}: a vocab-only GGUF has no weights to run")
-        hp = self.hparams = spec.hparams
+        self.hparams = hp = check_runnable(gguf, spec)  # names every missing or misshapen tensor
         self.architecture = spec.architecture
-        if hp.head_dim % 2:
-            raise UnsupportedModel(f"{gguf.path}: RoPE needs an even head_dim, got {hp.head_dim}")
-        names = tensor_names(self.architecture, hp.n_layer, bool(hp.tied_embeddings))
-        missing = [n for n in names if n not in gguf.tensors]
-        if missing:
-            raise UnsupportedModel(
-                f"{gguf.path}: {self.architecture} model lacks tensors {', '.join(missing[:5])}"
-            )
-        shapes = expected_shapes(hp)
-        for name in names:
-            want, got = (
-                shapes[name.split(".", 2)[-1] if name.startswith("blk.") else name],
-                gguf.tensors[name].shape,
-            )
-            if want != got:
-                raise UnsupportedModel(
-                    f"{gguf.path}: tensor {name} has shape {got}, hyper-parameters imply {want}"
-                )
-        check_types(gguf, names)
         self.weights = Weights(gguf, budget_bytes)
         self.output_name = "token_embd.weight" if hp.tied_embeddings else "output.weight"
         self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
@@ -145,13 +91,7 @@ class Model:
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab]."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ValueError("prefill needs at least one token id")
-        bad = ids[(ids < 0) | (ids >= self.hparams.n_vocab)]
-        if bad.size:
-            raise ValueError(
-                f"token id {int(bad[0])} is outside the vocabulary (0..{self.hparams.n_vocab - 1})"
-            )
+        check_token_ids(ids, self.hparams.n_vocab)
         self.cache.check_room(ids.size)
         return self._forward(ids)
 
@@ -204,7 +144,7 @@ class Model:
         q, k = self._qk_norm(i, q, k)
         q, k = rope.apply_rope(q, cos, sin), rope.apply_rope(k, cos, sin)
         keys, values = self.cache.append(i, k, v)
-        out = attention.attention(q, keys, values, positions)  # [n_head, T, head_dim]
+        out = attention_blocked.attention(q, keys, values, positions)  # [n_head, T, head_dim]
         out = out.transpose(1, 0, 2).reshape(x.shape[0], hp.n_head * hp.head_dim)
         return self.weights.matmul(out, f"blk.{i}.attn_output.weight")
 

@@ -14,8 +14,8 @@ arrangement. Rendering must therefore match transformers'
    ``add_generation_prompt``, the tokenizer's special-token strings (``bos_token``,
    ``eos_token``, … — here read from the GGUF's token ids) and any extra keyword
    (``enable_thinking``), which override special tokens of the same name.
-3. The template runs in ``oracle.template_sandbox`` — transformers' environment,
-   plus bounds on steps, time and size.
+3. The template runs in ``oracle.template_sandbox`` — transformers' environment
+   (``oracle.template_env``) plus bounds on steps, time and size.
 
 A template that cannot compile or render is *refused*: ``TemplateRefusal`` names
 the construct and the template line. The template is checked once when loaded by

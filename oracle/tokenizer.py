@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from oracle import bpe
+from oracle import bpe, bpe_fast
 from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.gguf import GGUFFile, open_gguf
 from oracle.metadata import (
@@ -190,7 +190,7 @@ class Tokenizer:
             if len(self.cache) >= CACHE_LIMIT:
                 self.cache.clear()
             symbols = list(to_standin(piece.encode("utf-8")))
-            ids = self.cache[piece] = bpe.to_ids(bpe.merge(symbols, self.ranks), self.vocab)
+            ids = self.cache[piece] = bpe.to_ids(bpe_fast.merge(symbols, self.ranks), self.vocab)
         return ids
 
     # --- decode -----------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 
 from impl.oracle import OracleEngine
 from oracle import template as tpl
-from oracle import template_sandbox
+from oracle import template_env, template_sandbox
 from specgate.plugin import get_model
 from tests.gates import test_render as gate
 from tests.oracle import test_template as checks
@@ -33,7 +33,7 @@ def unsandboxed() -> jinja2.Environment:
     env = jinja2.Environment(
         trim_blocks=True,
         lstrip_blocks=True,
-        extensions=[template_sandbox.GenerationTag, jinja2.ext.loopcontrols],
+        extensions=[template_env.GenerationTag, jinja2.ext.loopcontrols],
     )
     env.render = lambda template, context, limits: template.render(context)  # the sandbox's render signature
     return env

@@ -14,7 +14,6 @@ from gguf import GGUFWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oracle import bpe
 from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.pretokenize import QWEN2, QWEN35, split
 from oracle.tokenizer import Tokenizer, TokenizerError, Utf8Stream
@@ -184,31 +183,6 @@ def test_unknown_merge_result_falls_back_to_bytes(tmp_path):
     # "x y" is a merge but "xy" is not in the vocabulary: one token per byte, never id 0.
     tok = tokenizer(tmp_path, extra=[("ab", NORMAL)], merges=["a b", "x y"])
     assert tok.encode("xy", parse_special=False) == [120, 121]
-
-
-def naive_merge(symbols: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
-    """The definition: scan every adjacent pair, fuse the leftmost lowest rank, repeat."""
-    parts = list(symbols)
-    while True:
-        ranked = [(ranks[p], i) for i, p in enumerate(zip(parts, parts[1:], strict=False)) if p in ranks]  # noqa: RUF007
-        if not ranked:
-            return parts
-        _, i = min(ranked)
-        parts[i : i + 2] = [parts[i] + parts[i + 1]]
-
-
-@given(
-    st.lists(st.sampled_from("abcd"), max_size=24),
-    st.lists(
-        st.tuples(st.text("abcd", min_size=1, max_size=3), st.text("abcd", min_size=1, max_size=3)),
-        max_size=20,
-    ),
-)
-def test_merge_equals_the_naive_loop(symbols, pairs):
-    ranks: dict[tuple[str, str], int] = {}
-    for pair in pairs:
-        ranks.setdefault(pair, len(ranks))
-    assert bpe.merge(symbols, ranks) == naive_merge(symbols, ranks)
 
 
 # --- pre-tokenizer arms, by hand ------------------------------------------------------
