@@ -340,19 +340,27 @@ def gate_command(
     ]
 
 
+#: Seconds a gate run interrupted at its deadline gets to write its report of the cases so far.
+INTERRUPT_GRACE = 20.0
+
+
 def run_gates(argv: list[str], log: Path, deadline: float, env: dict[str, str]) -> int:
-    """The gate run in its own process group, killed with everything it started at the
-    deadline (RunProblem "timeout"); its output goes to ``log``."""
+    """The gate run in its own process group; its output goes to ``log``. At the deadline
+    it is interrupted (SIGINT: pytest still writes the report of the cases gated so far),
+    then killed with everything it started; either way a RunProblem "timeout"."""
     with open(log, "wb") as out:
         proc = lifeline.spawn(argv, cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         return proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=INTERRUPT_GRACE)
         raise RunProblem("timeout", "") from None
     finally:
-        if proc.poll() is None:
-            lifeline.kill_group(proc)
-            proc.wait()
+        lifeline.kill_group(proc)  # what the run started and left behind goes too
+        proc.wait()
 
 
 @dataclass
@@ -425,12 +433,16 @@ def run_engine(
             statuses.append(gate_batch(spec, batch, engine_dir, deadline, env, extra))
         row.status = "ran"
     except RunProblem as problem:
-        row.status = problem.status
-        row.message = problem.message or f"not finished within its budget of {budget:g} s; killed"
+        row.status, row.message = problem.status, problem.message
     row.seconds = round(time.monotonic() - start, 1)
     for path in sorted(engine_dir.glob("**/parity-*.json")):
         row.reports.append(json.loads(path.read_text(encoding="utf-8")))
         row.report_files.append(str(path))
+    if row.status == "timeout" and not row.message:
+        gated = sum(len(payload["cases"]) for payload in row.reports)
+        row.message = f"not finished within its budget of {budget:g} s; stopped" + (
+            f": the counts are of the {gated} cases gated before" if gated else ""
+        )
     if row.status == "ran" and len(row.reports) < len(batches):
         row.status = "error"
         row.message = "; ".join(s for s in statuses if s) or "the gate run wrote no report"
@@ -556,8 +568,14 @@ def run_all(
     ]
     deadline = start + total_budget
     rows = []
+    to_run = [s for s in specs if installs[s.key].status != "unavailable"]
     for spec in specs:
         left = deadline - time.monotonic()
+        # Each engine still to run gets at least an even share of what is left, so a slow
+        # one early in the order cannot starve the rest; cheap engines leave more for later.
+        share = left / max(len(to_run), 1)
+        if spec in to_run:
+            to_run.remove(spec)
         if left <= 1 and installs[spec.key].status != "unavailable":
             row = EngineRun(
                 spec.key, spec.name, spec.package, spec.version, spec.installer, installs[spec.key]
@@ -570,7 +588,7 @@ def run_all(
             continue
         rows.append(
             run_engine(
-                spec, installs[spec.key], runs_dir, min(budget, left), export_dir=export_dir, extra=extra
+                spec, installs[spec.key], runs_dir, min(budget, share), export_dir=export_dir, extra=extra
             )
         )
         print(f"specgate ecosystem: {spec.key}: {rows[-1].status} in {rows[-1].seconds} s", flush=True)
