@@ -436,7 +436,7 @@ def run_engine(
         row.status, row.message = problem.status, problem.message
     row.seconds = round(time.monotonic() - start, 1)
     for path in sorted(engine_dir.glob("**/parity-*.json")):
-        row.reports.append(json.loads(path.read_text(encoding="utf-8")))
+        row.reports.append(with_short_paths(json.loads(path.read_text(encoding="utf-8"))))
         row.report_files.append(str(path))
     if row.status == "timeout" and not row.message:
         gated = sum(len(payload["cases"]) for payload in row.reports)
@@ -447,6 +447,15 @@ def run_engine(
         row.status = "error"
         row.message = "; ".join(s for s in statuses if s) or "the gate run wrote no report"
     return row
+
+
+def with_short_paths(payload: dict[str, Any]) -> dict[str, Any]:
+    """The report with its reproducer files named relative to the project (as the table
+    shows them) when they lie inside it."""
+    for group in payload.get("groups", []):
+        with contextlib.suppress(TypeError, ValueError):
+            group["reproducer_file"] = str(Path(group["reproducer_file"]).relative_to(PROJECT_ROOT))
+    return payload
 
 
 def gate_batch(
