@@ -84,6 +84,7 @@ class EngineSpec:
     server: str | None = None
     ci_models: list[str] = field(default_factory=list)
     ci_max_cases: int = 4
+    ci_stages: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -113,14 +114,15 @@ class EngineSpec:
 
         known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
         stages = names("stages")
-        if unknown := sorted(set(stages) - known):
+        ci = data.get("ci", {})
+        ci_stages = names("stages", ci) if "stages" in ci else stages
+        if unknown := sorted(set(stages + ci_stages) - known):
             raise EcosystemError(
                 f"{path}: unknown stage(s) {', '.join(unknown)}; known: {', '.join(GATE_STAGES)}"
             )
         installer = text("installer")
         if installer not in INSTALLERS:
             raise EcosystemError(f"{path}: installer {installer!r} is not one of {', '.join(INSTALLERS)}")
-        ci = data.get("ci", {})
         max_cases = ci.get("max_cases", 4)
         if not isinstance(max_cases, int) or isinstance(max_cases, bool) or max_cases < 1:
             raise EcosystemError(f"{path}: [ci] max_cases must be a positive integer, got {max_cases!r}")
@@ -136,6 +138,7 @@ class EngineSpec:
             server=text("server") if "server" in data else None,
             ci_models=names("models", ci) if "models" in ci else names("models")[:1],
             ci_max_cases=max_cases,
+            ci_stages=ci_stages,
         )
         if spec.server is None and "{port}" in spec.impl:
             raise EcosystemError(f"{path}: impl uses {{port}} but there is no server line to start")
@@ -416,6 +419,7 @@ def run_engine(
         row.status, row.message = "unavailable", install_result.message
         return row
     models = spec.ci_models if sample else spec.models
+    stages = spec.ci_stages if sample else spec.stages
     extra = [*extra, *(["--max-cases", str(spec.ci_max_cases)] if sample else [])]
     engine_dir = out_dir / spec.key
     shutil.rmtree(engine_dir, ignore_errors=True)
@@ -430,7 +434,7 @@ def run_engine(
     statuses = []
     try:
         for batch in batches:
-            statuses.append(gate_batch(spec, batch, engine_dir, deadline, env, extra))
+            statuses.append(gate_batch(spec, stages, batch, engine_dir, deadline, env, extra))
         row.status = "ran"
     except RunProblem as problem:
         row.status, row.message = problem.status, problem.message
@@ -460,6 +464,7 @@ def with_short_paths(payload: dict[str, Any]) -> dict[str, Any]:
 
 def gate_batch(
     spec: EngineSpec,
+    stages: list[str],
     models: list[str],
     engine_dir: Path,
     deadline: float,
@@ -478,7 +483,7 @@ def gate_batch(
                 stack.enter_context(running_server(spec, models[0], report_dir / "server.log", deadline))
             )
         impl = spec.fill(spec.impl, quote=not spec.impl.startswith("http:"), **values)
-        status = run_gates(gate_command(impl, spec.stages, models, report_dir, extra), log, deadline, env)
+        status = run_gates(gate_command(impl, stages, models, report_dir, extra), log, deadline, env)
     if not list(report_dir.glob("parity-*.json")):
         return f"pytest exited {status} without a report: {why_stopped(log)}"
     return ""
@@ -608,10 +613,6 @@ def run_all(
 
 # ---------------------------------------------------------------------------
 # the reports
-
-
-def stages_of(rows: list[EngineRun]) -> list[str]:
-    return sorted({stage for row in rows for stage in row.counts()})
 
 
 def markdown(table: Table) -> str:

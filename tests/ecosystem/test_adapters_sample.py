@@ -1,5 +1,5 @@
 """The CI sample: every engine folder of ``impl/ecosystem/`` gated on its ``[ci]`` sample —
-one model, ``max_cases`` cases per stage (``--max-cases N``: spread evenly over each
+one model (and its `[ci]` stages, when given), ``max_cases`` cases per stage (``--max-cases N``: spread evenly over each
 (stage, model) row, deterministic) — in a subprocess pytest run, as the ecosystem
 session would. An adapter that rots (crashes at the handshake, speaks the wrong
 protocol, answers nothing but errors and refusals) fails here; an engine that is not
