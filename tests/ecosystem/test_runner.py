@@ -93,3 +93,31 @@ def test_table_counts_are_the_engines_json_reports(tmp_path: Path) -> None:
                 shown[(cells[1], outcome)] += int(count)
     assert shown == expected
     assert {stage for stage, _ in expected} == {"split", "encode", "decode"}
+
+
+def test_a_bad_engine_toml_is_one_line_naming_the_problem_and_a_table_problem(tmp_path: Path) -> None:
+    root = tmp_path / "engines"
+    folder = engine_folder(root, "typo", ORACLE, stages=("encdoe",))
+    try:
+        ecosystem.EngineSpec.load(folder)
+    except ecosystem.EcosystemError as exc:
+        assert str(exc) == f"{folder / 'engine.toml'}: unknown stage(s) encdoe; known: " + ", ".join(
+            ecosystem_stages()
+        )
+    else:
+        raise AssertionError("a misspelt stage was accepted")
+    (folder / "engine.toml").write_text('name = "x"\n', encoding="utf-8")
+    table = ecosystem.run_all(root, tmp_path / "reports", budget=5)
+    assert table.rows == []
+    assert table.problems == [
+        f"{folder / 'engine.toml'}: 'stages' must be a non-empty list of strings, got None"
+    ]
+    assert (
+        "'stages' must be a non-empty list of strings" in (tmp_path / "reports" / "ecosystem.md").read_text()
+    )
+
+
+def ecosystem_stages() -> tuple[str, ...]:
+    from specgate.plugin import GATE_STAGES
+
+    return GATE_STAGES
