@@ -1,4 +1,4 @@
-"""nox sessions: tests, parity, search, snapshots, models, references-latest, lint.
+"""nox sessions: tests, parity, search, snapshots, models, references-latest, ecosystem, lint.
 
 The references are locked: every session that installs them does so with
 ``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
@@ -85,8 +85,26 @@ def tests(session: nox.Session) -> None:
     install(session, "dev")
     ensure_chromium(session)
     fetch_models(session, tiny=True)
+    install_engines(session)
     # The ten slowest tests close the log: the suite's own profile, run after run.
     session.run("pytest", "--live-references", "--durations=10", *session.posargs)
+
+
+def install_engines(session: nox.Session) -> None:
+    """The third-party engines of ``impl/ecosystem/`` (pip packages into this venv, ``npm ci``
+    in their folders) for the CI sample ``tests/ecosystem/test_adapters_sample.py``. An
+    engine that cannot be installed is recorded with the installer's message in
+    ``reports/ecosystem-install.json``; its sample test then fails naming it."""
+    session.run(
+        "python",
+        "-m",
+        "specgate.ecosystem",
+        "install",
+        "--pip-args",
+        f"--find-links {wheel_dir(session)}",
+        "--status",
+        "reports/ecosystem-install.json",
+    )
 
 
 def ensure_chromium(session: nox.Session) -> None:
@@ -242,6 +260,28 @@ def references_latest(session: nox.Session) -> None:
         success_codes=[0, 1],
     )
     session.log(f"reference drift report: {report}")
+
+
+@nox.session
+def ecosystem(session: nox.Session) -> None:
+    """Install and gate every third-party engine of ``impl/ecosystem/`` (``specgate.ecosystem``):
+    ``reports/ecosystem.md`` + ``.html``, copied to ``ECOSYSTEM.md``. Gating from the snapshots
+    needs only specgate's core (no torch, no transformers); the llama-cpp-python server engine
+    installs from the cached wheel dir. ``-- --engines a,b`` runs some; ``--budget S`` per engine."""
+    session.install("--upgrade", "pip")
+    session.install("-c", LOCK, "-e", ".")
+    fetch_models(session, tiny=False)
+    session.run(
+        "python",
+        "-m",
+        "specgate.ecosystem",
+        "run",
+        "--pip-args",
+        f"--find-links {wheel_dir(session)}",
+        *session.posargs,
+    )
+    shutil.copyfile("reports/ecosystem.md", "ECOSYSTEM.md")
+    session.log("ECOSYSTEM.md written from reports/ecosystem.md (commit it)")
 
 
 @nox.session

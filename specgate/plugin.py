@@ -72,6 +72,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="I/N: run only shard I of N of the gate cases (cost-balanced; specgate report merge joins them)",
     )
     group.addoption(
+        "--max-cases",
+        type=int,
+        default=0,
+        help="N: gate at most N cases per stage and model, spread evenly over the snapshot's cases "
+        "(deterministic; the ecosystem CI sample). 0: all",
+    )
+    group.addoption(
         "--parity-junit",
         action="store_true",
         help="also write the JUnit XML into --report-dir, named like the other report files",
@@ -334,6 +341,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             items[:] = keep
     check_models_gated(config, items)
     keep_shard(config, items)
+    keep_sample(config, items)
 
 
 def chosen_shard(config: pytest.Config) -> tuple[int, int] | None:
@@ -373,6 +381,30 @@ def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not all(ours):
         config.hook.pytest_deselected(items=[i for i, own in zip(items, ours, strict=True) if not own])
         items[:] = [i for i, own in zip(items, ours, strict=True) if own]
+
+
+def keep_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--max-cases N``: of each (stage, model) row's gate cases keep N spread evenly over
+    the collection order (first, last and between), so a small sample still reaches
+    the kinds of input later in the snapshot. Other tests are kept."""
+    limit = config.getoption("--max-cases")
+    if limit < 0:
+        raise pytest.UsageError(f"--max-cases {limit}: must be 0 (all) or a positive number of cases")
+    if not limit:
+        return
+    rows: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        stage, params = row_stage(item), getattr(item, "callspec", None)
+        if stage is not None and params is not None:
+            rows.setdefault((stage, str(params.params.get("model_id"))), []).append(item)
+    drop = set()
+    for row in rows.values():
+        if len(row) > limit:
+            chosen = {round(i * (len(row) - 1) / max(limit - 1, 1)) for i in range(limit)}
+            drop.update(item for i, item in enumerate(row) if i not in chosen)
+    if drop:
+        config.hook.pytest_deselected(items=[i for i in items if i in drop])
+        items[:] = [i for i in items if i not in drop]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -94,7 +94,15 @@ class LlamaCppPythonServer:
         prompt = self._prompt_text(model, ids)
         body = {"prompt": prompt, "max_tokens": max_tokens, "stop": stop or None, "logprobs": 1, **GREEDY}
         choice = self.client.post("/v1/completions", body)["choices"][0]
-        new = [vocab.unique_id(model.gguf, t) for t in choice["logprobs"]["tokens"]]
+        named = choice["logprobs"]["tokens"]
+        new = [vocab.unique_id(model.gguf, t) for t in named]
+        if None in new:
+            unnamed = [t for t, i in zip(named, new, strict=True) if i is None]
+            raise Unsupported(
+                f"llama-cpp-python names generated tokens by their text; {len(unnamed)} of them "
+                f"({unnamed[:3]!r}: pieces of a split character or texts several tokens share) "
+                f"name no single id"
+            )
         text = choice["text"]
         if choice["finish_reason"] == "length":
             reason = "length"

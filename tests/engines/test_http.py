@@ -1,7 +1,8 @@
 """The ``http`` adapter against a real llama-cpp-python server on loopback.
 
 A session fixture starts ``python -m llama_cpp.server`` (through
-``tests/engines/llama_server.py``) with the 0.5B model on a free port and stops it
+``impl/ecosystem/llama_cpp_server/serve.py``, the ecosystem
+engine folder's launcher) with the 0.5B model on a free port and stops it
 after; the answers are compared with llama.cpp run in-process on the same GGUF.
 """
 
@@ -32,7 +33,7 @@ pytest.importorskip("llama_cpp", reason="the http tests need llama-cpp-python (e
 pytest.importorskip("uvicorn", reason="the http tests need the llama-cpp-python server (extra 'server')")
 
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"
-LAUNCHER = Path(__file__).with_name("llama_server.py")
+LAUNCHER = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "llama_cpp_server" / "serve.py"
 N_CTX = 512
 PROMPT = "def fib(n):\n    return"
 CHAT = "<|im_start|>user\nfib(5)?<|im_end|>\n<|im_start|>assistant\n"
@@ -109,7 +110,7 @@ def local(model: ModelRef):
     """llama.cpp in-process on the same GGUF, set up like the server."""
     sys.path.insert(0, str(LAUNCHER.parent))
     try:
-        from llama_server import plain_buffers
+        from serve import plain_buffers
     finally:
         sys.path.pop(0)
     import llama_cpp

@@ -1,5 +1,7 @@
-"""Start llama-cpp-python's OpenAI-style server (``python -m llama_cpp.server``) for the
-http adapter's tests, with llama.cpp's "extra buffer types" switched off.
+"""Start llama-cpp-python's OpenAI-style server (``python -m llama_cpp.server``) with
+llama.cpp's "extra buffer types" switched off: the ecosystem engine ``llama_cpp_server``
+(its ``engine.toml`` ``server`` line) and the http adapter's tests
+(``tests/engines/test_http.py``) both start it. Standalone: stdlib + llama-cpp-python.
 
 Extra buffer types repack quantized weights for special CPU kernels (AMX tiles,
 AVX-512 repacks). On CPUs that advertise AMX while the kernel does not grant the
@@ -8,7 +10,7 @@ the first batched matmul. Plain buffers use llama.cpp's ordinary kernels
 everywhere; the tests compare the server with llama.cpp in-process set up the
 same way (``plain_buffers``).
 
-    python tests/engines/llama_server.py --model M.gguf --host 127.0.0.1 --port P [server options]
+    python impl/ecosystem/llama_cpp_server/serve.py --model M.gguf --host 127.0.0.1 --port P [server options]
 """
 
 from __future__ import annotations
