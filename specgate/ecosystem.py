@@ -47,7 +47,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from impl import lifeline
+from impl.process import lifeline
 from specgate import report, report_html
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.models import PROJECT_ROOT
