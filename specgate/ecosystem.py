@@ -85,6 +85,7 @@ class EngineSpec:
     ci_models: list[str] = field(default_factory=list)
     ci_max_cases: int = 4
     ci_stages: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -126,6 +127,11 @@ class EngineSpec:
         max_cases = ci.get("max_cases", 4)
         if not isinstance(max_cases, int) or isinstance(max_cases, bool) or max_cases < 1:
             raise EcosystemError(f"{path}: [ci] max_cases must be a positive integer, got {max_cases!r}")
+        env = data.get("env", {})
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and k.startswith("SPECGATE_") and isinstance(v, str) for k, v in env.items()
+        ):
+            raise EcosystemError(f"{path}: [env] must map SPECGATE_* variables to strings, got {env!r}")
         spec = cls(
             folder=folder.resolve(),
             name=text("name"),
@@ -139,6 +145,7 @@ class EngineSpec:
             ci_models=names("models", ci) if "models" in ci else names("models")[:1],
             ci_max_cases=max_cases,
             ci_stages=ci_stages,
+            env=dict(env),
         )
         if spec.server is None and "{port}" in spec.impl:
             raise EcosystemError(f"{path}: impl uses {{port}} but there is no server line to start")
@@ -424,7 +431,7 @@ def run_engine(
     engine_dir = out_dir / spec.key
     shutil.rmtree(engine_dir, ignore_errors=True)
     engine_dir.mkdir(parents=True)
-    env = dict(os.environ)
+    env = {**os.environ, **spec.env}
     if export_dir is not None:
         env["SPECGATE_EXPORT_DIR"] = str(export_dir)
     start = time.monotonic()

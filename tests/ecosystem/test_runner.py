@@ -121,3 +121,28 @@ def ecosystem_stages() -> tuple[str, ...]:
     from specgate.plugin import GATE_STAGES
 
     return GATE_STAGES
+
+
+def test_an_engines_env_table_reaches_its_gate_runs(tmp_path: Path) -> None:
+    """``[env]`` sets SPECGATE_* variables for one engine's runs only: a startup deadline
+    no engine can meet stops the oracle's run at its handshake, naming the deadline."""
+    root = tmp_path / "engines"
+    folder = engine_folder(root, "impatient", ORACLE, stages=("encode",))
+    with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
+        toml.write('[env]\nSPECGATE_CMD_STARTUP_TIMEOUT = "0.001"\n')
+    table = ecosystem.run_all(root, tmp_path / "reports", budget=300, extra=FAST)
+    (row,) = table.rows
+    assert row.status == "error", (row.status, row.message)
+    assert "no answer to the handshake within 0.001 s" in row.message, row.message
+
+
+def test_an_env_table_takes_only_specgate_settings(tmp_path: Path) -> None:
+    folder = engine_folder(tmp_path, "leaky", ORACLE)
+    with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
+        toml.write('[env]\nLD_PRELOAD = "/tmp/x.so"\n')
+    try:
+        ecosystem.EngineSpec.load(folder)
+    except ecosystem.EcosystemError as exc:
+        assert "[env] must map SPECGATE_* variables to strings" in str(exc)
+    else:
+        raise AssertionError("an [env] outside SPECGATE_* was accepted")
