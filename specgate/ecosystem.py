@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.process import lifeline
-from specgate import report, report_html
+from specgate import files, report, report_html
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.models import PROJECT_ROOT
 
@@ -446,9 +446,17 @@ def run_engine(
     except RunProblem as problem:
         row.status, row.message = problem.status, problem.message
     row.seconds = round(time.monotonic() - start, 1)
+    unreadable = []
     for path in sorted(engine_dir.glob("**/parity-*.json")):
-        row.reports.append(with_short_paths(json.loads(path.read_text(encoding="utf-8"))))
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            unreadable.append(f"{path.relative_to(out_dir)}: {exc} (see its gates.log)")
+            continue
+        row.reports.append(with_short_paths(payload))
         row.report_files.append(str(path))
+    if unreadable and row.status == "ran":
+        row.status, row.message = "error", "unreadable report: " + "; ".join(unreadable)
     if row.status == "timeout" and not row.message:
         gated = sum(len(payload["cases"]) for payload in row.reports)
         row.message = f"not finished within its budget of {budget:g} s; stopped" + (
@@ -740,13 +748,13 @@ def html(table: Table) -> str:
 def write_table(table: Table, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page, data = out_dir / "ecosystem.md", out_dir / "ecosystem.html", out_dir / "ecosystem.json"
-    md.write_text(markdown(table), encoding="utf-8")
-    page.write_text(html(table), encoding="utf-8")
+    files.write_text(md, markdown(table))
+    files.write_text(page, html(table))
     summary = {
         **asdict(table),
         "rows": [{**asdict(r), "reports": None, "counts": r.counts()} for r in table.rows],
     }
-    data.write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    files.write_text(data, json.dumps(summary, indent=1, default=str))
     return [md, page, data]
 
 

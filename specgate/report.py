@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate import report_html, triage
+from specgate import files, report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
 
 
@@ -104,7 +104,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "cases": [r.__dict__ for r in results.records],
     }
     json_path = stem.with_name(stem.name + ".json")
-    json_path.write_text(json.dumps(payload, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+    files.write_text(json_path, json.dumps(payload, indent=1, ensure_ascii=False, default=str))
 
     md = [
         f"# specgate parity report — `{results.impl}`",
@@ -133,9 +133,9 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     if png_path is not None:
         md[2:2] = [f"![parity matrix]({png_path.name})", ""]
     md_path = stem.with_name(stem.name + ".md")
-    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    files.write_text(md_path, "\n".join(md) + "\n")
     html_path = stem.with_name(stem.name + ".html")
-    html_path.write_text(report_html.page(payload), encoding="utf-8")
+    files.write_text(html_path, report_html.page(payload))
     return [md_path, json_path, html_path, *([png_path] if png_path is not None else [])]
 
 

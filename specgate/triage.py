@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgate import files
+
 #: The outcomes grouped by root cause (refusals are grouped by message in the report).
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
 #: The outcomes a reproducer is shrunk for: divergences of the engine.
@@ -572,9 +574,7 @@ def shrink_groups(
                 repro_dir.mkdir(parents=True, exist_ok=True)
                 path = repro_dir / f"{group.id}.json"
                 body = {"impl": impl, **group.reproducer}
-                path.write_text(
-                    json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
-                )
+                files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
                 group.reproducer_path = str(path)
     finally:
         engine.close()

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specgate import files
 from specgate.search import confirm as confirming
 from specgate.search.session import Finding, SearchResult
 from specgate.search.stages import size
@@ -45,14 +46,12 @@ def write(result: SearchResult, out: Path) -> list[Path]:
         finding.group_id = group.id
         repro_dir.mkdir(parents=True, exist_ok=True)
         path = repro_dir / f"{group.id}.json"
-        path.write_text(json.dumps(_reproducer(result, finding, REFERENCE_NOTE), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8")  # fmt: skip
+        files.write_text(path, json.dumps(_reproducer(result, finding, REFERENCE_NOTE), indent=1, ensure_ascii=False, default=str) + "\n")  # fmt: skip
         finding.reproducer_path = str(path)
     out.mkdir(parents=True, exist_ok=True)
     md, js = out / f"{name}.md", out / f"{name}.json"
-    md.write_text(markdown(result), encoding="utf-8")
-    js.write_text(
-        json.dumps(payload(result), indent=1, ensure_ascii=False, default=str) + "\n", encoding="utf-8"
-    )
+    files.write_text(md, markdown(result))
+    files.write_text(js, json.dumps(payload(result), indent=1, ensure_ascii=False, default=str) + "\n")
     return [md, js]
 
 
