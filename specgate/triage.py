@@ -328,16 +328,16 @@ _CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
 def case_input(record: Any) -> dict[str, Any] | None:
     """The input of a recorded case, from the snapshot or corpus it was read from;
     None when its stage cannot be replayed."""
-    from specgate import render_corpus, snapshots
+    from specgate import corpus, snapshots
 
     stage, case_id = record.stage, getattr(record, "case", "")
     if stage not in REPLAYABLE or not case_id:
         return None
     if stage == "render":
-        if record.model == render_corpus.CONSTRUCTS_MODEL_ID:
-            construct = render_corpus.constructs()[case_id]
+        if record.model == corpus.CONSTRUCTS_MODEL_ID:
+            construct = corpus.constructs()[case_id]
             return {"template": construct["template"], "context": construct["context"]}
-        case = render_corpus.render_cases()[case_id]
+        case = corpus.render_cases()[case_id]
         return {
             "messages": case.messages,
             "add_generation_prompt": case.add_generation_prompt,
@@ -352,10 +352,10 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
 
 def model_for(model_id: str) -> Any:
-    from specgate import models, render_corpus
+    from specgate import corpus, models
 
-    if model_id == render_corpus.CONSTRUCTS_MODEL_ID:
-        return render_corpus.constructs_model()
+    if model_id == corpus.CONSTRUCTS_MODEL_ID:
+        return corpus.constructs_model()
     return models.model_ref(model_id)
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from oracle import template as tpl
 from oracle.gguf import open_gguf
-from specgate import render_corpus
+from specgate import corpus
 from specgate.plugin import get_model
 
-HOSTILE = render_corpus.hostile_templates()
+HOSTILE = corpus.hostile_templates()
 HANG_SECONDS = 5.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
 
 
@@ -206,7 +206,7 @@ def test_long_conversation_renders_inside_the_budget():
     print(f"400-message Qwen3 render: {elapsed * 1000:.1f} ms")
 
 
-@pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
+@pytest.mark.parametrize("model_id", corpus.TEMPLATE_MODELS)
 def test_oracle_reads_the_template_llamacpp_reads(model_id):
     """The template the oracle loads is byte-identical to the GGUF template whose
     sha256 the template-identity snapshot recorded (read there through llama.cpp)."""

@@ -27,9 +27,9 @@ from impl.protocol import Unsupported
 from impl.references import RegexSplitter
 from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
+from specgate.corpus import MODES, TOKENIZER_MODELS, tokenizer_texts
 from specgate.gate import first_difference, first_divergence
 from specgate.plugin import get_model
-from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
 
 pytestmark = pytest.mark.live
 PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
@@ -45,16 +45,16 @@ def _vocabulary_models_only(model_id: str) -> None:
 _encoded: dict[str, dict[str, Any]] = {}
 
 
-def test_record_split(request, snapshot, reference, model_id, model):
+def test_record_split(request, reference, model_id, model):
     regex = reference("regex")
     recorded = {
-        cid: {"text": c["text"], "pieces": regex.split(model, c["text"])} for cid, c in cases().items()
+        cid: {"text": c["text"], "pieces": regex.split(model, c["text"])}
+        for cid, c in tokenizer_texts().items()
     }
     bad = [cid for cid, c in recorded.items() if "".join(c["pieces"]) != c["text"]]
     assert not bad, f"{model_id}: the reference pattern does not tile these texts: {bad}"
     snapshots.record(
         request,
-        snapshot,
         regex,
         model,
         "split",
@@ -165,7 +165,7 @@ def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
     llm = llama.llama(model, vocab_only=True)
     refs = cross_references(reference, model)
     out: dict[str, Any] = {}
-    for cid, c in cases().items():
+    for cid, c in tokenizer_texts().items():
         for mode, parse_special in MODES.items():
             ids = llama.encode(model, c["text"], parse_special)
             case: dict[str, Any] = {"text": c["text"], "parse_special": parse_special, "ids": ids}
@@ -184,7 +184,7 @@ def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
     return out
 
 
-def test_record_encode(request, snapshot, reference, model_id, model):
+def test_record_encode(request, reference, model_id, model):
     recorded = encode_cases(reference, model)
     names = {"llamacpp": "llama_tokenize(add_special=False, parse_special=<case>) on the GGUF"}
     for name in cross_references(reference, model):
@@ -195,7 +195,6 @@ def test_record_encode(request, snapshot, reference, model_id, model):
         }[name]
     snapshots.record(
         request,
-        snapshot,
         reference("llamacpp"),
         model,
         "encode",
@@ -205,7 +204,7 @@ def test_record_encode(request, snapshot, reference, model_id, model):
     )
 
 
-def test_record_decode(request, snapshot, reference, model_id, model):
+def test_record_decode(request, reference, model_id, model):
     llama = reference("llamacpp")
     llm = llama.llama(model, vocab_only=True)
     tiktoken = reference("tiktoken") if model.tiktoken is not None else None
@@ -238,7 +237,6 @@ def test_record_decode(request, snapshot, reference, model_id, model):
                 )
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "decode",
