@@ -425,13 +425,16 @@ def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A gate (``gate`` marker, ``case_id`` argument) runs once per snapshot case of each
     selected model (``gate_params``), and once per conformance class in the classed
-    stages. Other tests taking ``model_id`` run once per selected model."""
+    stages. Other tests taking ``model_id`` run once per selected model, those taking
+    ``forward_model_id`` once per selected model with weights."""
     names = set(metafunc.fixturenames)
     gate = metafunc.definition.get_closest_marker("gate")
     if gate is not None and "case_id" in names:
         metafunc.parametrize(("model_id", "case_id"), gate_params(metafunc.config, gate))
         if gate.args[0] in CLASSED_STAGES:  # the class varies fastest: both classes share one answer
             metafunc.parametrize("conformance_class", CONFORMANCE_CLASSES)
+    elif "forward_model_id" in names:  # the logits references: the models with weights
+        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
     elif (
         "model_id" in names
         and "case_id" not in names

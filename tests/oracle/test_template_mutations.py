@@ -22,7 +22,7 @@ from oracle import template_sandbox
 from specgate.corpus import constructs_model
 from specgate.plugin import get_model, snapshot_cases
 from tests.gates import test_render as gate
-from tests.oracle import test_template as checks
+from tests.oracle import template_checks as checks
 
 # Only templates that are harmless when run unsandboxed (introspection, no calls
 # into os/subprocess, no huge allocations) are used against the mutant.

@@ -13,15 +13,10 @@ import pytest
 from specgate import logit_metrics, snapshots
 from specgate.checks.logits import logits_drift
 from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
-from specgate.plugin import forward_models, get_model, model_missing
+from specgate.plugin import get_model, model_missing
 from tests.live_logits import reference_logits
 
 pytestmark = pytest.mark.live
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "forward_model_id" in metafunc.fixturenames:
-        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
 
 
 def test_record_logits(request, reference, forward_model_id):
