@@ -238,11 +238,6 @@ def strict_mode(config: pytest.Config) -> bool:
 _running: list[SpecgateSession | None] = [None]
 
 
-def pytest_unconfigure(config: pytest.Config) -> None:
-    if _running[0] is config.stash.get(SESSION, None):
-        _running[0] = None
-
-
 def running_session() -> SpecgateSession:
     """The session of the pytest run in progress (a fresh one outside any run)."""
     if _running[0] is None:
