@@ -186,7 +186,6 @@ def snapshots(session: nox.Session) -> None:
         "tests/references",
         "--live-references",
         "--snapshot-update",
-        "--snapshot-warn-unused",
         *session.posargs,
     )
     junit = Path("reports/snapshots-oracle-recheck.xml")

@@ -71,7 +71,7 @@ def write_vocab_only(out: Path, arch: str, kvs: Iterable[KeyValue], alignment: i
         writer.close()
 
 
-def _typed(type_name: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
+def writer_value(type_name: str, value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
     """A metadata value as read by ``oracle.gguf`` -> (value, type, element type) for the writer."""
     if type_name.startswith("array["):
         inner = type_name[len("array[") : -1]
@@ -90,7 +90,7 @@ def vocab_only_from_gguf_head(sources: Mapping[str, Path], out: Path, entry: Mod
     (uint32 stays uint32, arrays keep their element type), and drop the tensors."""
     (head,) = sources.values()
     src = open_gguf(head, header_only=True)
-    kvs = [(key, *_typed(src.types[key], value)) for key, value in src.metadata.items()]
+    kvs = [(key, *writer_value(src.types[key], value)) for key, value in src.metadata.items()]
     alignment = src.metadata.get("general.alignment")
     write_vocab_only(out, src.metadata["general.architecture"], kvs, alignment=alignment)
 

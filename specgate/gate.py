@@ -64,6 +64,17 @@ def reference_disagreement(reason: str) -> NoReturn:
     raise ReferenceDisagreement(reason)
 
 
+def claims(engine: Engine, capability: str, conformance_class: str) -> None:
+    """``n/a`` when the engine offers ``capability`` but does not claim
+    ``conformance_class`` (``Engine.classes``); an engine that does not offer it at
+    all is ``n/a`` at its ``call``."""
+    if engine.offers(capability) and conformance_class not in engine.classes:
+        not_applicable(
+            f"{engine.name} does not claim the {conformance_class!r} conformance class "
+            f"(it claims {', '.join(sorted(engine.classes)) or 'none'})"
+        )
+
+
 def call(
     engine: Engine,
     capability: str,

@@ -94,6 +94,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--shrink-group-budget", type=float, default=20.0, help="seconds of shrinking per group (default 20)"
     )
     add_snapshot_dir_option(group)
+    group.addoption(
+        "--snapshot-update",
+        action="store_true",
+        help="record the reference snapshots from the live references (tests/references) instead of re-checking them",
+    )
 
 
 def add_snapshot_dir_option(group: Any) -> None:
@@ -162,6 +167,24 @@ class SpecgateSession:
     groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
     snapshot_root: Any = None  # the run's snapshot directory (``snapshots.root_of``), set at configure
     shard: tuple[int, int] | None = None  # --shard I/N: (I, N)
+    models: dict[str, ModelRef] = field(default_factory=dict)  # --model spec or user GGUF id -> ModelRef
+    references: dict[str, Engine] = field(default_factory=dict)  # live reference adapters, loaded once
+    snapshots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (model, stage) -> cases
+
+    def snapshot_cases(self, model: ModelRef, stage: str) -> dict[str, Any]:
+        """A stage snapshot's cases, loaded and provenance-checked once per session.
+        A stale snapshot (model sha256 changed) fails loudly. The construct templates'
+        pseudo model's snapshot is always the repository's."""
+        from specgate import snapshots
+
+        key = (model.id, stage)
+        if key not in self.snapshots:
+            root = snapshots.SNAPSHOT_ROOT if model.role == "corpus" else self.snapshot_root
+            try:
+                self.snapshots[key] = snapshots.load(model, stage, root)
+            except snapshots.SnapshotError as exc:
+                pytest.fail(str(exc), pytrace=False)
+        return self.snapshots[key]
 
 
 SESSION = pytest.StashKey[SpecgateSession]()
@@ -177,7 +200,7 @@ def pytest_configure(config: pytest.Config) -> None:
         live_references=bool(config.getoption("--live-references")),
         snapshot_root=snapshots.root_of(config),
     )
-    _session_ref[0] = config.stash[SESSION]
+    _running[0] = config.stash[SESSION]
     config.stash[SESSION].shard = chosen_shard(config)
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
@@ -206,9 +229,19 @@ def strict_mode(config: pytest.Config) -> bool:
     return bool(getattr(config.option, "strict", False))
 
 
-# Module-level helpers (model_missing, get_model, snapshot_cases) are called from
-# code that has no config at hand; they reach the running session through this slot.
-_session_ref: list[SpecgateSession | None] = [None]
+# ``get_model`` and ``model_missing`` are called from test modules and helpers that
+# have no config at hand (module-level parametrization, subprocess helpers); they
+# reach the running session through this one slot, which holds no state of its own.
+_running: list[SpecgateSession | None] = [None]
+
+
+def running_session() -> SpecgateSession:
+    """The session of the pytest run in progress (a fresh one outside any run)."""
+    if _running[0] is None:
+        from specgate import snapshots
+
+        _running[0] = SpecgateSession(impl="", snapshot_root=snapshots.SNAPSHOT_ROOT)
+    return _running[0]
 
 
 @pytest.fixture(scope="session")
@@ -287,8 +320,7 @@ def model_missing(reason: str) -> None:
     """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests``,
     which fetches and generates every model first) that is a broken setup: fail.
     Otherwise (a partial local run) skip, saying which command provides it."""
-    session = _session_ref[0]
-    if session is not None and session.live_references:
+    if running_session().live_references:
         pytest.fail(f"model missing from the cache: {reason}", pytrace=False)
     pytest.skip(f"model missing from the cache: {reason}")
 
@@ -408,9 +440,19 @@ def keep_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests taking ``model_id`` (but not a snapshot ``case_id``) run once per selected model."""
+    """A gate (``gate`` marker, ``case_id`` argument) runs once per snapshot case of each
+    selected model (``gate_params``), and once per conformance class in the classed
+    stages. Other tests taking ``model_id`` run once per selected model, those taking
+    ``forward_model_id`` once per selected model with weights."""
     names = set(metafunc.fixturenames)
-    if (
+    gate = metafunc.definition.get_closest_marker("gate")
+    if gate is not None and "case_id" in names:
+        metafunc.parametrize(("model_id", "case_id"), gate_params(metafunc.config, gate))
+        if gate.args[0] in CLASSED_STAGES:  # the class varies fastest: both classes share one answer
+            metafunc.parametrize("conformance_class", CONFORMANCE_CLASSES)
+    elif "forward_model_id" in names:  # the logits references: the models with weights
+        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
+    elif (
         "model_id" in names
         and "case_id" not in names
         and not any("model_id" in m.args[0] for m in metafunc.definition.iter_markers("parametrize"))
@@ -418,24 +460,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("model_id", selected_models(metafunc.config))
 
 
-_refs: dict[str, ModelRef] = {}
-
-
 def get_model(spec: str) -> ModelRef:
     """A cached ``ModelRef`` per --model spec (hashing a user GGUF happens once). A user
     GGUF is then also found by its id, which the gates are parametrized with."""
-    if spec not in _refs:
+    refs = running_session().models
+    if spec not in refs:
         ref = model_cache.model_ref(spec)
         if ref.role == "user":
-            register_user_model(spec, ref)
-        _refs[spec] = ref
-    return _refs[spec]
+            register_user_model(refs, spec, ref)
+        refs[spec] = ref
+    return refs[spec]
 
 
-def register_user_model(spec: str, ref: ModelRef) -> None:
+def register_user_model(refs: dict[str, ModelRef], spec: str, ref: ModelRef) -> None:
     """Make ``ref.id`` (the GGUF's file stem) name the user's GGUF for the rest of the
     run; an id that already names another model would make the snapshots ambiguous."""
-    taken = _refs.get(ref.id)
+    taken = refs.get(ref.id)
     if taken is not None and taken.gguf != ref.gguf:
         raise model_cache.ModelError(
             f"its id {ref.id!r} (the file name without .gguf) already names {taken.gguf}; rename one of the files"
@@ -445,7 +485,7 @@ def register_user_model(spec: str, ref: ModelRef) -> None:
             f"its id {ref.id!r} (the file name without .gguf) is also a manifest or tiny model id, "
             "whose snapshots would be taken for its own; rename the file"
         )
-    _refs[ref.id] = ref
+    refs[ref.id] = ref
 
 
 @pytest.fixture(scope="session")
@@ -455,6 +495,10 @@ def models(request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.fixture
 def model(model_id: str) -> ModelRef:
+    from specgate import corpus
+
+    if model_id == corpus.CONSTRUCTS_MODEL_ID:  # the construct templates' pseudo model
+        return corpus.constructs_model()
     try:
         return get_model(model_id)
     except model_cache.ModelError as exc:
@@ -484,18 +528,6 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     eng.close()
 
 
-def claims(engine: Engine, conformance_class: str) -> None:
-    """``n/a`` unless the engine claims ``conformance_class`` (``Engine.classes``)."""
-    if conformance_class not in engine.classes:
-        raise NotApplicable(
-            f"{engine.name} does not claim the {conformance_class!r} conformance class "
-            f"(it claims {', '.join(sorted(engine.classes)) or 'none'})"
-        )
-
-
-_reference_cache: dict[str, Engine] = {}
-
-
 @pytest.fixture(scope="session")
 def reference(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Engine]]:
     """``reference("hf")`` → a live reference adapter, loaded once per session.
@@ -503,22 +535,22 @@ def reference(request: pytest.FixtureRequest) -> Iterator[Callable[[str], Engine
     Without ``--live-references`` a test needing one is skipped (it is not a gate);
     with it, a reference that cannot load is an error, never a silent skip.
     """
-    live = request.config.getoption("--live-references")
+    session = request.config.stash[SESSION]
 
     def get(name: str) -> Engine:
-        if not live:
+        if not session.live_references:
             pytest.skip(f"live reference {name!r} not requested (use --live-references)")
-        if name not in _reference_cache:
+        if name not in session.references:
             eng = resolve(name)
             if not eng.is_reference:
                 raise pytest.UsageError(f"{name!r} is not a reference adapter")
-            _reference_cache[name] = eng
-        return _reference_cache[name]
+            session.references[name] = eng
+        return session.references[name]
 
     yield get
-    for eng in _reference_cache.values():
+    for eng in session.references.values():
         eng.close()
-    _reference_cache.clear()
+    session.references.clear()
 
 
 # ---------------------------------------------------------------------------
@@ -636,43 +668,70 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
 
 
 # ---------------------------------------------------------------------------
-# data-driven gate parametrization
+# data-driven gates: the cases come from the snapshots
 
 
-def gate_params(config: pytest.Config, stage: str) -> list[Any]:
-    """``(model_id, case_id)`` params for a stage gate: every selected, cached model
-    that has a ``stage`` snapshot × every case in it (ids read from the snapshot)."""
+def snapshot_stage(gate: pytest.Mark) -> str:
+    """The snapshot a gate reads: its stage's, or the one the marker names
+    (``@pytest.mark.gate("render", snapshot="render_template")``)."""
+    return gate.kwargs.get("snapshot", gate.args[0])
+
+
+def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
+    """``(model_id, case_id)`` params for a gate: every selected model that has the
+    gate's snapshot × every case in it (ids read from the snapshot; the marker's
+    ``cases`` prefix, when given, picks some). The construct templates' snapshot has
+    one pseudo model, gated whatever models are selected."""
     import json
 
-    from specgate import snapshots
+    from specgate import corpus, snapshots
 
-    params = []
+    stage, prefix = snapshot_stage(gate), gate.kwargs.get("cases", "")
     root = config.stash[SESSION].snapshot_root
-    for model_id in selected_models(config):
+    models = selected_models(config)
+    if stage == "render_template":
+        root, models = snapshots.SNAPSHOT_ROOT, [corpus.CONSTRUCTS_MODEL_ID]
+    params = []
+    for model_id in models:
         if model_id not in snapshots.available(stage, root):
             continue
         path = snapshots.path_for(model_id, stage, root)
         for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
-            params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
+            if case_id.startswith(prefix):
+                params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params
 
 
-_snapshot_memo: dict[tuple[str, str], dict[str, Any]] = {}
+@pytest.fixture
+def case(request: pytest.FixtureRequest, specgate: SpecgateSession, model: ModelRef, case_id: str) -> Any:
+    """The gate's snapshot case, inputs and reference answers together. A case the
+    references disagree on is a ``reference-disagreement``, never put to the engine."""
+    from specgate.gate import reference_disagreement
+
+    gate = request.node.get_closest_marker("gate")
+    found = specgate.snapshot_cases(model, snapshot_stage(gate))[case_id]
+    if "disagreement" in found:
+        reference_disagreement(found["disagreement"])
+    return found
+
+
+def forward_models(config: pytest.Config) -> list[str]:
+    """Models with weights: the --model selection (a user's GGUF when it holds tensors),
+    else every cached one plus the tiny ones."""
+    manifest = model_cache.load_manifest()
+    return [m for m in selected_models(config) if has_weights(m, manifest)]
+
+
+def has_weights(model_id: str, manifest: dict[str, model_cache.ModelEntry]) -> bool:
+    """A manifest model by its role; a tiny model always; a user's GGUF when its file holds tensors."""
+    if model_id in manifest:
+        return manifest[model_id].role == "full-weights"
+    try:
+        return model_cache.has_weights(get_model(model_id))
+    except model_cache.ModelError:
+        return True  # kept: its test reports why it cannot run (model_missing)
 
 
 def snapshot_cases(model: ModelRef, stage: str) -> dict[str, Any]:
-    """A stage snapshot's cases, loaded and provenance-checked once per session.
-    A stale snapshot (model sha256 changed) fails loudly."""
-    from specgate import snapshots
-
-    key = (model.id, stage)
-    session = _session_ref[0]
-    root = session.snapshot_root if session is not None else snapshots.SNAPSHOT_ROOT
-    if model.role == "corpus":  # the construct templates' pseudo model: always the repository's
-        root = snapshots.SNAPSHOT_ROOT
-    if key not in _snapshot_memo:
-        try:
-            _snapshot_memo[key] = snapshots.load(model, stage, root)
-        except snapshots.SnapshotError as exc:
-            pytest.fail(str(exc), pytrace=False)
-    return _snapshot_memo[key]
+    """``snapshot_cases`` of the running session (for callers without the ``specgate`` fixture)."""
+    return running_session().snapshot_cases(model, stage)

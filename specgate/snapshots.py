@@ -1,10 +1,11 @@
 """Reference snapshots: what the references said, with where it came from.
 
 One JSON file per (model, stage): ``<root>/<model>/<stage>.json`` =
-``{"provenance": {...}, "cases": {case_id: reference output}}``. They are written
-by syrupy from the reference-recording tests (``tests/references``, run by
-``nox -s snapshots``) and read here by the gates, which need neither torch nor
-llama.cpp installed. ``<root>`` is the repository's ``snapshots/``, or the directory a
+``{"provenance": {...}, "cases": {case_id: {inputs..., reference output...}}}``: each
+case carries the inputs it was recorded on, so a gate reads nothing else. They are
+written as plain JSON (``dumps``) by the reference-recording tests
+(``tests/references``, run by ``nox -s snapshots`` with ``--snapshot-update``) and
+read here by the gates, which need neither torch nor llama.cpp installed. ``<root>`` is the repository's ``snapshots/``, or the directory a
 run names with ``--snapshot-dir`` (a user's own GGUF: its snapshots live outside the
 repository); the root is passed to every function here, never kept in a global.
 
@@ -113,40 +114,34 @@ def load(model: ModelRef, stage: str, root: Path = SNAPSHOT_ROOT) -> dict[str, A
 # writing (reference-recording tests only)
 
 
-def _extension_for(model_id: str, stage: str, root: Path) -> type:
-    """A syrupy JSON extension that stores exactly at ``<root>/<model>/<stage>.json``."""
-    from syrupy.extensions.json import JSONSnapshotExtension
+def dumps(data: dict[str, Any]) -> str:
+    """A snapshot's text: JSON with two-space indent, UTF-8 kept readable (not ``\\u``
+    escaped), a final newline; the cases sorted by id, each case's fields by name and the
+    provenance throughout. Values inside a case keep their order: a conversation's tool
+    definitions reach the template in the order they were written. Stable, so a
+    re-recording that says the same thing leaves the file byte for byte unchanged."""
+    ordered = {
+        "cases": {
+            case_id: dict(sorted(case.items())) if isinstance(case, dict) else case
+            for case_id, case in sorted(data["cases"].items())
+        },
+        "provenance": json.loads(json.dumps(data["provenance"], sort_keys=True)),
+    }
+    return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
 
-    target = path_for(model_id, stage, root)
 
-    class StageSnapshot(JSONSnapshotExtension):
-        @classmethod
-        def dirname(cls, *, test_location: Any) -> str:
-            return str(target.parent)
-
-        @classmethod
-        def discovery_dirname(cls, *, test_location: Any) -> str:
-            return str(target.parent)
-
-        @classmethod
-        def get_file_basename(cls, *, test_location: Any, index: Any) -> str:
-            return target.stem
-
-        @classmethod
-        def get_snapshot_name(cls, *, test_location: Any, index: Any = 0) -> str:
-            return target.stem
-
-        @classmethod
-        def matches_test_location(cls, *, test_location: Any, snapshot_location: str) -> bool:
-            return Path(snapshot_location) == target
-
-    return StageSnapshot
+def write(model: ModelRef, stage: str, data: dict[str, Any], root: Path = SNAPSHOT_ROOT) -> Path:
+    """Write one snapshot file (``--snapshot-update`` only)."""
+    path = path_for(model.id, stage, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(data), encoding="utf-8")
+    return path
 
 
 def recording(request: Any) -> bool:
     """True under ``--snapshot-update`` (``nox -s snapshots``): the reference tests
     write the snapshots instead of re-checking them."""
-    return bool(request.config.option.update_snapshots)
+    return bool(request.config.getoption("--snapshot-update"))
 
 
 #: ``drift(case_id, stored_case, live_case)``: None when the live reference still says
@@ -191,7 +186,6 @@ def note_drift(
 
 def record(
     request: Any,
-    snapshot: Any,
     reference: Any,
     model: ModelRef,
     stage: str,
@@ -218,8 +212,7 @@ def record(
         )
     root = root_of(request.config)
     if recording(request):
-        data = {"provenance": provenance(model, references, packages), "cases": cases}
-        assert data == snapshot.use_extension(_extension_for(model.id, stage, root))
+        write(model, stage, {"provenance": provenance(model, references, packages), "cases": cases}, root)
         return
     stored = load(model, stage, root)
     missing = sorted(set(stored) ^ set(cases))

@@ -357,24 +357,19 @@ _CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
-    """The input of a recorded case, from the snapshot or corpus it was read from;
-    None when its stage cannot be replayed."""
-    from specgate import render_corpus, snapshots
+    """The input of a recorded case, from the snapshot it was read from (every case
+    carries its inputs); None when its stage cannot be replayed."""
+    from specgate import corpus, snapshots
 
     stage, case_id = record.stage, getattr(record, "case", "")
     if stage not in REPLAYABLE or not case_id:
         return None
+    constructs = record.model == corpus.CONSTRUCTS_MODEL_ID
+    snapshot = "render_template" if constructs else stage.split("/")[0]
+    case = snapshots.load(model_for(record.model), snapshot)[case_id]
     if stage == "render":
-        if record.model == render_corpus.CONSTRUCTS_MODEL_ID:
-            construct = render_corpus.constructs()[case_id]
-            return {"template": construct["template"], "context": construct["context"]}
-        case = render_corpus.render_cases()[case_id]
-        return {
-            "messages": case.messages,
-            "add_generation_prompt": case.add_generation_prompt,
-            "kwargs": case.kwargs,
-        }
-    case = snapshots.load(model_for(record.model), stage.split("/")[0])[case_id]
+        keys = ("template", "context") if constructs else ("messages", "add_generation_prompt", "kwargs")
+        return {key: case[key] for key in keys}
     if stage == "split":
         return {"text": case["text"]}
     if stage == "encode":
@@ -383,10 +378,10 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
 
 def model_for(model_id: str) -> Any:
-    from specgate import models, render_corpus
+    from specgate import corpus, models
 
-    if model_id == render_corpus.CONSTRUCTS_MODEL_ID:
-        return render_corpus.constructs_model()
+    if model_id == corpus.CONSTRUCTS_MODEL_ID:
+        return corpus.constructs_model()
     if model_id == SAMPLER_MODEL_ID:
         return None
     return models.model_ref(model_id)

@@ -10,7 +10,7 @@ from gguf import GGUFValueType, GGUFWriter
 
 from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import GGUFFile, open_gguf
-from specgate.derive import _typed
+from specgate.derive import writer_value
 
 QWEN2_HPARAMS = {
     "block_count": 2,
@@ -100,7 +100,7 @@ TypedValue = tuple[Any, GGUFValueType, "GGUFValueType | None"]  # value, type, a
 
 def typed_metadata(g: GGUFFile) -> dict[str, TypedValue]:
     """Every key/value of ``g`` with its exact GGUF type, as ``write_typed`` takes them."""
-    return {key: _typed(g.types[key], value) for key, value in g.metadata.items()}
+    return {key: writer_value(g.types[key], value) for key, value in g.metadata.items()}
 
 
 class _Writer(GGUFWriter):

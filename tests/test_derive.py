@@ -95,6 +95,18 @@ def _fields(path: Path) -> dict[str, tuple[str, object]]:
     return out
 
 
+def _derived_from_head(src: Path, cut_after: int) -> Path:
+    """The vocabulary-only GGUF derived from ``src`` cut ``cut_after`` bytes into its
+    tensor data (as a ranged download of the R1 source's head is cut)."""
+    head = src.parent / "head.gguf"
+    head.write_bytes(src.read_bytes()[: open_gguf(src).data_offset + cut_after])
+    out = src.parent / "vocab.gguf"
+    derive.vocab_only_from_gguf_head(
+        {"head": head}, out, load_manifest()["deepseek-r1-distill-qwen-7b-vocab"]
+    )
+    return out
+
+
 def test_vocab_only_from_a_gguf_head_keeps_every_key_and_type(tmp_path):
     """A real model's header (the cached 0.5B's key/values, arrays cut short so gguf-py's
     slow reader stays fast) with tensors, cut right after the header as the R1 source is
@@ -104,13 +116,7 @@ def test_vocab_only_from_a_gguf_head_keeps_every_key_and_type(tmp_path):
     from tests.ggufs import real_header_sample
 
     sample = real_header_sample(_cached("qwen2.5-coder-0.5b-instruct").gguf, tmp_path / "sample.gguf")
-    head = tmp_path / "head.gguf"
-    head.write_bytes(sample.read_bytes()[: open_gguf(sample).data_offset + 16])
-    out = tmp_path / "vocab.gguf"
-    derive.vocab_only_from_gguf_head(
-        {"head": head}, out, load_manifest()["deepseek-r1-distill-qwen-7b-vocab"]
-    )
-
+    out = _derived_from_head(sample, cut_after=16)
     want, got = _fields(sample), _fields(out)
     assert list(got) == list(want)
     for key in want:
@@ -140,12 +146,7 @@ def test_vocab_only_from_a_gguf_head_keeps_every_value_type(tmp_path):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    head = tmp_path / "head.gguf"
-    head.write_bytes(src.read_bytes()[: open_gguf(src).data_offset + 8])
-    out = tmp_path / "vocab.gguf"
-    derive.vocab_only_from_gguf_head(
-        {"head": head}, out, load_manifest()["deepseek-r1-distill-qwen-7b-vocab"]
-    )
+    out = _derived_from_head(src, cut_after=8)
     want, got = _fields(src), _fields(out)
     assert got == want
     assert got["test.uint16s"][0] == "array[uint16]" and got["test.bool"][0] == "bool"

@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 
 from specgate import logit_metrics, snapshots
-from specgate.checks import generate as generation
-from specgate.checks import sample as sampling
+from specgate.checks import generate as generate_checks
+from specgate.checks import logits as logits_checks
+from specgate.checks import sample as sample_checks
 from specgate.checks.logits import EXACT_MAX_ABS_TINY, QUANTIZED_TIE_MARGIN
-from tests.references.test_generate import generate_drift
-from tests.references.test_logits import logits_drift
-from tests.references.test_sample import stored_windows, window_drift
 
 MODEL = "tiny-qwen3-f32"
 
@@ -45,7 +43,7 @@ def logits_case() -> dict:
 
 def test_logits_drift_passes_the_stored_reference_itself(logits_case):
     hf, llama = full_logits(logits_case, "hf"), full_logits(logits_case, "llamacpp")
-    assert logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama) is None
+    assert logits_checks.logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama) is None
 
 
 def test_logits_drift_catches_transformers_moving_past_the_tight_tolerance(logits_case):
@@ -53,7 +51,7 @@ def test_logits_drift_catches_transformers_moving_past_the_tight_tolerance(logit
     position = logits_case["positions"][-1]
     top = int(logits_case["hf"]["top_ids"][-1].split()[3])
     hf[position, top] += 3 * EXACT_MAX_ABS_TINY
-    why = logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama)
+    why = logits_checks.logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama)
     assert why and why.startswith("transformers: max |Δlogit|"), why
 
 
@@ -61,13 +59,13 @@ def test_logits_drift_catches_llamacpp_changing_its_answer(logits_case):
     hf, llama = full_logits(logits_case, "hf"), full_logits(logits_case, "llamacpp")
     for position in logits_case["positions"]:  # every position's top token loses 20 logits
         llama[position, llama[position].argmax()] -= 20
-    why = logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama)
+    why = logits_checks.logits_drift(MODEL, logits_case, logits_case["ids"], hf, llama)
     assert why and why.startswith("llama.cpp:"), why
 
 
 def test_logits_drift_catches_other_prompt_ids(logits_case):
     hf, llama = full_logits(logits_case, "hf"), full_logits(logits_case, "llamacpp")
-    why = logits_drift(MODEL, logits_case, [*logits_case["ids"][:-1], 0], hf, llama)
+    why = logits_checks.logits_drift(MODEL, logits_case, [*logits_case["ids"][:-1], 0], hf, llama)
     assert why and why.startswith("prompt ids differ"), why
 
 
@@ -77,24 +75,27 @@ def generate_cases() -> dict:
 
 
 def test_generate_drift_passes_the_stored_cases_themselves(generate_cases):
-    drift = generate_drift(MODEL)
+    drift = generate_checks.generate_drift(MODEL)
     assert all(drift(k, case, copy.deepcopy(case)) is None for k, case in generate_cases.items())
 
 
 def test_generate_drift_catches_a_stream_parting_where_the_margin_is_wide(generate_cases):
     case = copy.deepcopy(generate_cases["greedy/code"])
-    stream, tolerance = case["references"]["transformers"], generation.tie_tolerance(MODEL, "transformers")
+    stream, tolerance = (
+        case["references"]["transformers"],
+        generate_checks.tie_tolerance(MODEL, "transformers"),
+    )
     step = next(k for k, m in enumerate(stream["margins"]) if m > tolerance)
     stream["ids"][step] += 1
-    why = generate_drift(MODEL)("greedy/code", generate_cases["greedy/code"], case)
+    why = generate_checks.generate_drift(MODEL)("greedy/code", generate_cases["greedy/code"], case)
     assert why and why.startswith("transformers:") and f"index {step}" in why, why
 
 
 def test_generate_drift_catches_a_margin_moving_more_than_the_tie_tolerance(generate_cases):
     case = copy.deepcopy(generate_cases["greedy/code"])
-    tolerance = generation.tie_tolerance(MODEL, "llamacpp")
+    tolerance = generate_checks.tie_tolerance(MODEL, "llamacpp")
     case["references"]["llamacpp"]["margins"][2] += 2 * tolerance
-    why = generate_drift(MODEL)("greedy/code", generate_cases["greedy/code"], case)
+    why = generate_checks.generate_drift(MODEL)("greedy/code", generate_cases["greedy/code"], case)
     assert why and "top-2 margin at step 2 moved" in why, why
 
 
@@ -102,7 +103,7 @@ def test_generate_drift_catches_a_changed_stop_answer(generate_cases):
     case_id = next(k for k in generate_cases if k.startswith("stop-"))
     case = copy.deepcopy(generate_cases[case_id])
     case["expected"]["n_ids"] += 1
-    assert generate_drift(MODEL)(case_id, generate_cases[case_id], case)
+    assert generate_checks.generate_drift(MODEL)(case_id, generate_cases[case_id], case)
 
 
 def test_exact_drift_catches_any_change():
@@ -114,10 +115,10 @@ def test_exact_drift_catches_any_change():
 
 
 def test_window_drift_passes_the_stored_window_and_catches_a_moved_logit():
-    window = stored_windows(stored("sample"))["code"]
-    live = sampling.logits_of({"logits": window})
-    assert window_drift("code", window, live) is None
+    window = sample_checks.stored_windows(stored("sample"))["code"]
+    live = sample_checks.logits_of({"logits": window})
+    assert sample_checks.window_drift("code", window, live) is None
     live[window["ids"][5]] += 2 * QUANTIZED_TIE_MARGIN
-    why = window_drift("code", window, live)
+    why = sample_checks.window_drift("code", window, live)
     assert why and f"token {window['ids'][5]}" in why, why
-    assert window_drift("gone", None, live) == "window 'gone' is not in the snapshot"
+    assert sample_checks.window_drift("gone", None, live) == "window 'gone' is not in the snapshot"

@@ -33,10 +33,10 @@ from oracle.gguf import open_gguf
 from oracle.tokenizer import Tokenizer as GGUFTokenizer
 from specgate import export, snapshots
 from specgate.cli import main
+from specgate.corpus import MODES, TOKENIZER_MODELS, tokenizer_texts
 from specgate.derive import write_vocab_only
 from specgate.models import ModelError, model_ref
 from specgate.plugin import model_missing
-from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases
 
 pytestmark = pytest.mark.live  # loads the exported files in HF tokenizers / transformers
 tokenizers = pytest.importorskip("tokenizers")
@@ -174,7 +174,7 @@ def test_fillers_decode_to_nothing_and_encode_as_text_as_in_llamacpp(tmp_path_fa
 def test_the_corpus_encodes_like_llamacpp(exported):
     """The whole tokenizer corpus, special-token parsing on and off, against llama.cpp's ids."""
     recorded = snapshots.load(exported.ref, "encode")
-    want_cases = {f"{cid}/{mode}" for cid in cases() for mode in MODES}
+    want_cases = {f"{cid}/{mode}" for cid in tokenizer_texts() for mode in MODES}
     assert set(recorded) == want_cases, "the encode snapshot does not cover the corpus"
     tok = load(exported.folder / "tokenizer.json")
     bad, unexcused = corpus_mismatches(tok, recorded)

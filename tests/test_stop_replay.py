@@ -53,7 +53,8 @@ def stream():
 
 def run_gate(engine, model, conformance_class="quantized"):
     node = types.SimpleNamespace(node=types.SimpleNamespace(user_properties=[]))
-    gate.test_generate(engine, SpecgateSession(impl="t"), model, MODEL, CASE, conformance_class, node)
+    case = snapshot_cases(model, "generate")[CASE]
+    gate.test_generate(engine, SpecgateSession(impl="t"), model, MODEL, CASE, case, conformance_class, node)
     return node.node.user_properties
 
 

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass
 
 from impl.oracle import OracleEngine
+from specgate import corpus, snapshots, triage
 from specgate import models as model_cache
-from specgate import render_corpus, snapshots, triage
 from specgate.plugin import model_missing
 
 
@@ -154,7 +154,7 @@ def test_a_decode_defect_shrinks_to_the_one_token_it_mangles():
 
 
 def test_a_construct_template_shrinks_by_characters():
-    construct = render_corpus.constructs()["06_str_rsplit_no_sep"]
+    construct = corpus.constructs()["06_str_rsplit_no_sep"]
     template = construct["template"]
     inp = {"template": template, "context": construct["context"]}
     message = "stage render, constructs, case 06_str_rsplit_no_sep: "

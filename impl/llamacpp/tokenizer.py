@@ -47,6 +47,14 @@ def is_special(llm: Any, token: int) -> bool:
     return bool(attr & (llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED))
 
 
+def unused_ids(llm: Any) -> list[int]:
+    """The ids llama.cpp types unused (the ``[PAD<id>]`` fillers), in id order."""
+    import llama_cpp
+
+    vocab = llm._model.vocab
+    return [i for i in range(llm.n_vocab()) if llama_cpp.llama_vocab_get_attr(vocab, i) & llama_cpp.LLAMA_TOKEN_ATTR_UNUSED]
+
+
 def decode(llm: Any, ids: Sequence[int]) -> bytes:
     n_vocab = llm.n_vocab()
     bad = [i for i in ids if not 0 <= i < n_vocab]

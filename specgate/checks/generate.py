@@ -14,10 +14,12 @@ past them (the contexts differ from there on).
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specgate.gate import first_divergence
+from specgate import snapshots
+from specgate.gate import first_difference, first_divergence
 
 #: Logit margins at or below which an engine may legitimately pick the other token
 #: than the reference:
@@ -201,3 +203,95 @@ def replay_stop_logic(
             f"{bytes.fromhex(have['bytes'])!r} ({have['finish_reason']}, {have['n_ids']} ids)"
         )
     return check_chunks(got)
+
+
+@functools.cache
+def oracle_pieces(model: Any) -> tuple[Any, tuple[int, int]]:
+    """(piece, stop tokens) of the model's vocabulary, read by the oracle (for the
+    stop-logic replay only: the engine's stream is never compared with the oracle's)."""
+    from impl.oracle import OracleEngine
+    from oracle.dispatch import dispatch
+    from oracle.gguf import open_gguf
+
+    oracle = OracleEngine()
+    special = dispatch(open_gguf(model.gguf)).special
+    return (lambda token: oracle.decode(model, [token])), (special.eos, special.im_end)
+
+
+def check(
+    case: Mapping[str, Any], got: Mapping[str, Any], conformance_class: str, model: Any
+) -> tuple[str | None, str | None]:
+    """The generate gate's judgement of one case in one class: ``(failure, near_tie)``.
+
+    A greedy case holds the engine to the class's reference stream (``compare_greedy``).
+    A stop-string case first needs the stream to follow the reference: where it does,
+    the known answer is compared (``compare_stop_case``); where it parts at a near tie,
+    the engine's stop logic is replayed on its own tokens (``replay_stop_logic``), so a
+    stop case always checks something; where it parts at a wide margin, it fails."""
+    tolerance = CLASS_TIE_TOLERANCE[conformance_class]
+    text = f"\n  engine text: {bytes.fromhex(got['bytes'])!r}"
+    if "references" in case:
+        name = CLASS_REFERENCE[conformance_class]
+        failure, near_tie = compare_greedy(case["references"][name], got, tolerance)
+        return (
+            failure and f"engine departs from {name}'s greedy stream: {failure}{text}",
+            near_tie and f"{name}: {near_tie}",
+        )
+    ref = case["reference"]
+    diverge = first_difference(ref["ids"][: len(got["ids"])], got["ids"][: len(ref["ids"])])
+    if diverge is None:
+        problem = compare_stop_case(case, got)
+        return problem and problem + text, None
+    if ref["margins"][diverge] > tolerance:
+        return (
+            f"the stream departs from the reference at step {diverge}, where the reference's top-2 margin "
+            f"{ref['margins'][diverge]:.4f} exceeds the {conformance_class} tie tolerance {tolerance}{text}"
+        ), None
+    piece, stop_tokens = oracle_pieces(model)
+    problem = replay_stop_logic(case, got, piece, stop_tokens)
+    return (
+        problem and problem + text,
+        f"stream parts from the reference at near-tie step {diverge}; stop logic replayed",
+    )
+
+
+def margin_drift(name: str, want: dict[str, Any], got: dict[str, Any], tolerance: float) -> str | None:
+    """The largest move of a top-2 margin over the steps both streams take in the same
+    context (up to and including the step where they part at a near tie)."""
+    same = first_difference(want["ids"][: len(got["ids"])], got["ids"][: len(want["ids"])])
+    n = min(len(want["margins"]), len(got["margins"]), len(want["ids"]) + 1 if same is None else same + 1)
+    worst = max(range(n), key=lambda k: abs(want["margins"][k] - got["margins"][k]), default=None)
+    if worst is not None and abs(want["margins"][worst] - got["margins"][worst]) > tolerance:
+        return (
+            f"{name}: top-2 margin at step {worst} moved {want['margins'][worst]:.4f} → "
+            f"{got['margins'][worst]:.4f} (> {tolerance})"
+        )
+    return None
+
+
+def generate_drift(model_id: str) -> snapshots.Drift:
+    """Greedy streams and margins come out of floating-point forwards that differ in their
+    last bits between CPUs: a stream may part from its snapshot only at a near tie, and a
+    margin may move by less than the tie tolerance that the generate gate applies to it.
+    Everything else (prompts, parameters, known stop answers) must not change at all."""
+
+    def drift(case_id: str, stored: dict[str, Any], live: dict[str, Any]) -> str | None:
+        if stored["prompt"] != live["prompt"] or stored["params"] != live["params"]:
+            return snapshots.exact(case_id, stored, live)
+        if "references" in stored:  # a greedy case
+            for name, want in stored["references"].items():
+                got, tolerance = live["references"][name], tie_tolerance(model_id, name)
+                failure, _ = compare_greedy(want, got, tolerance)
+                if failure:
+                    return f"{name}: {failure}"
+                if why := margin_drift(name, want, got, tolerance):
+                    return why
+            if ("disagreement" in stored) != ("disagreement" in live):
+                return f"disagreement: snapshot {stored.get('disagreement')!r}, live {live.get('disagreement')!r}"
+            return None
+        if stored["expected"] != live["expected"] or stored["reference"]["ids"] != live["reference"]["ids"]:
+            return snapshots.exact(case_id, stored, live)
+        tolerance = max(tie_tolerance(model_id, name) for name in ("llamacpp", "transformers"))
+        return margin_drift("agreed stream", stored["reference"], live["reference"], tolerance)
+
+    return drift

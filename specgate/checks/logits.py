@@ -129,3 +129,19 @@ def check(
     if conformance_class == "exact":
         return check_exact(model_id, case, got)
     return check_quantized(case, got)
+
+
+def logits_drift(
+    model_id: str, stored: dict[str, Any], ids: list[int], hf: np.ndarray, llama: np.ndarray
+) -> str | None:
+    """The live references against their stored records, by the gates those records feed:
+    transformers by the tight gate (across CPUs it moves by float32 rounding: measured
+    ≤ 1.3e-5 on the tiny models between an AVX-512 and an AVX2 machine), llama.cpp by
+    the loose one (its kernels differ per CPU: up to 0.11 on tiny-qwen3-q4_k's 512-token
+    prompt, mean KL 1.4e-4)."""
+    if stored["ids"] != ids:
+        return f"prompt ids differ: snapshot {stored['ids'][:20]}…, live {ids[:20]}…"
+    tight, _ = check_exact(model_id, stored, hf)
+    loose, _ = check_quantized(stored, llama)
+    problems = [f"transformers: {tight}"] * bool(tight) + [f"llama.cpp: {loose}"] * bool(loose)
+    return "; ".join(problems) or None

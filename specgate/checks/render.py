@@ -10,7 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from specgate.gate import text_diff
+from impl.protocol import Engine, Unsupported
+from specgate.gate import call, not_applicable, refused, text_diff
+
+
+def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "render", **kwargs: Any):
+    """``(text, "")`` when the engine renders, ``(None, message)`` when it refuses with
+    ``Unsupported``. A refusal where the reference renders is the ``refused`` outcome;
+    a crash is an ``error`` whatever the reference does (``call`` raises it)."""
+    if method == "render_template" and type(engine).render_template is Engine.render_template:
+        not_applicable(
+            f"{engine.name} renders only its models' own templates (no render_template entry point)"
+        )
+    try:
+        return call(engine, "render", *args, method=method, refusal_expected=True, **kwargs), ""
+    except Unsupported as exc:
+        if "error" not in expected:
+            refused(f"{engine.name} refuses this render input: {exc}")
+        return None, str(exc)
 
 
 def check(expected: dict[str, Any], got: str | None, refusal: str, key: str) -> str | None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from specgate.checks.logits import QUANTIZED_TIE_MARGIN
+
 #: Candidates (most likely first) whose probabilities a snapshot keeps per step.
 TOP = 16
 
@@ -107,5 +109,53 @@ def compare(case: Mapping[str, Any], got: Mapping[str, Any]) -> str | None:
     if case.get("token") is not None and got.get("token") is not None and got["token"] != case["token"]:
         return (
             f"draw with r={case['r']}: engine drew {got['token']}, the documented draw gives {case['token']}"
+        )
+    return None
+
+
+def check(case: Mapping[str, Any], got: Mapping[str, Any]) -> str | None:
+    """The sample gate's judgement: ``compare``, with the case's note on how llama.cpp's
+    native chain treats it when the engine departs."""
+    problem = compare(case, got)
+    if problem is not None and case.get("llamacpp_native"):
+        problem += f"\n  (note: {case['llamacpp_native']})"
+    return problem
+
+
+def shown(case: Mapping[str, Any]) -> dict[str, Any]:
+    """The case's parameters for a message, a long penalty window abbreviated."""
+    params = case["params"]
+    window = params.get("window", [])
+    if len(window) > 10:
+        return {**params, "window": f"{len(window)} ids, oldest {window[:2]} … newest {window[-3:]}"}
+    return params
+
+
+def stored_windows(cases: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The model windows a snapshot was recorded on. They are the sampler's inputs: the
+    re-check runs llama.cpp's samplers on exactly these logits, because llama.cpp's
+    forward gives other last bits on another CPU (its drift is the logits stage's
+    re-check), while its samplers on the same logits must give the same candidates."""
+    return {
+        case_id.split("/")[0]: case["logits"]
+        for case_id, case in cases.items()
+        if "/" in case_id and not case_id.startswith("crafted-")
+    }
+
+
+def window_drift(name: str, stored: dict[str, Any] | None, live: np.ndarray) -> str | None:
+    """A stored window against llama.cpp's live logits after the same prompt: every stored
+    token within the loose logits gate's margin. Between an AVX-512 and an AVX2 machine
+    they moved by ≤ 0.23 (0.5B model; ≤ 1e-3 on the tiny f32 ones); another prompt or
+    model moves them by whole logits."""
+    if stored is None:
+        return f"window {name!r} is not in the snapshot"
+    ids, want = np.asarray(stored["ids"]), np.asarray(stored["values"])
+    delta = np.abs(live[ids] - want)
+    worst = int(delta.argmax())
+    if delta[worst] > QUANTIZED_TIE_MARGIN:
+        return (
+            f"window {name!r}: token {ids[worst]} has logit {want[worst]:.4f} in the snapshot, "
+            f"{live[ids[worst]]:.4f} live (|Δ| > {QUANTIZED_TIE_MARGIN})"
         )
     return None

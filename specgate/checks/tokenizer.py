@@ -78,3 +78,16 @@ def check_decode(expected: bytes, got: bytes) -> str | None:
         f"{len(expected)}, engine length {len(got)})\n"
         f"  reference: {expected[max(0, at - 16) : at + 16]!r}\n  engine:    {got[max(0, at - 16) : at + 16]!r}"
     )
+
+
+def piece_of(model: Any) -> Callable[[int], str]:
+    """Render a token id as the bytes it stands for (display only; via the oracle's
+    table), or plain ``repr`` when the oracle cannot read the model."""
+    from impl.oracle import OracleEngine
+
+    try:
+        oracle = OracleEngine()
+        oracle.decode(model, [])
+    except Exception:
+        return repr
+    return lambda i: repr(oracle.decode(model, [i]))

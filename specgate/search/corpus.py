@@ -18,14 +18,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate import render_corpus
+from specgate import corpus as corpus_files
 
 
 class SaveError(Exception):
     """A reproducer that cannot become a corpus case (one line)."""
 
 
-def save(data: dict[str, Any], corpus: Path = render_corpus.CORPUS) -> tuple[Path, str]:
+def save(data: dict[str, Any], corpus: Path = corpus_files.CORPUS) -> tuple[Path, str]:
     """Write the reproducer ``data`` into the corpus; the file written and the command
     that records its references."""
     stage, inp, group = data["stage"], data["input"], data.get("group", "search")

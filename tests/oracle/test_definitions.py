@@ -17,7 +17,7 @@ from oracle import attention, attention_blocked, bpe, bpe_fast
 from oracle.byte_level import to_standin
 from tests.hypothesis_budget import examples
 from tests.oracle.test_tokenizer_properties import oracle, texts
-from tests.tokenizer_corpus import cases
+from specgate.corpus import tokenizer_texts
 
 # -- BPE: the heap over a linked list takes the definition's fusions, in its order -------------
 
@@ -65,7 +65,7 @@ def test_fast_merge_equals_the_definition_on_qwen3_ranks(text):
 def test_fast_merge_equals_the_definition_on_the_tokenizer_corpus():
     """Every piece of every corpus text (long CJK lines, emoji sequences, code) with the
     151,387 Qwen3 merges."""
-    for case in cases().values():
+    for case in tokenizer_texts().values():
         pieces_merge_alike(case["text"])
 
 

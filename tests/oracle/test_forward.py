@@ -20,8 +20,9 @@ from oracle.gguf import open_gguf
 from oracle.weights import UnsupportedTensorType
 from specgate import logit_metrics, models, tiny
 from specgate.checks.logits import exact_tolerance
+from specgate.corpus import prompts_for
 from specgate.plugin import get_model, model_missing
-from tests.forward_corpus import prompts_for, reference_logits
+from tests.live_logits import reference_logits
 
 # A split of one sequence into prefill + steps multiplies the same numbers in
 # differently shaped matmuls (BLAS blocks gemm and gemv differently): float32 rounding

@@ -61,10 +61,12 @@ def test_sample_gate_catches(monkeypatch, mutation):
     model = get_model(MODEL)
     snapshot_cases(model, "sample")
     engine = OracleEngine()
-    gate.test_sample(engine, model, MODEL, case_id)  # the real oracle passes
+    gate.test_sample(
+        engine, MODEL, case_id, snapshot_cases(model, "sample")[case_id]
+    )  # the real oracle passes
     monkeypatch.setitem(sampler.STEPS, step, broken)
     with pytest.raises(pytest.fail.Exception, match=rf"\[sample\] model {MODEL}, case {case_id}.*{symptom}"):
-        gate.test_sample(engine, model, MODEL, case_id)
+        gate.test_sample(engine, MODEL, case_id, snapshot_cases(model, "sample")[case_id])
 
 
 class PerTokenStops:
@@ -153,7 +155,16 @@ def test_generate_gate_catches(monkeypatch, mutation):
     def run_gate() -> None:  # the gate function, with a fresh session (no cached answer) and a stand-in node
         node = types.SimpleNamespace(node=types.SimpleNamespace(user_properties=[]))
         session = SpecgateSession(impl="oracle")
-        generate_gate.test_generate(engine, session, model, model_id, case_id, "exact", node)
+        generate_gate.test_generate(
+            engine,
+            session,
+            model,
+            model_id,
+            case_id,
+            snapshot_cases(model, "generate")[case_id],
+            "exact",
+            node,
+        )
 
     run_gate()  # the real oracle passes
     monkeypatch.setattr(decode_loop, attr, make())

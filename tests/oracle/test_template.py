@@ -3,8 +3,8 @@
 Byte-for-byte agreement with transformers is the render gate's job
 (tests/gates/test_render.py, from snapshots) and the property tests'
 (test_template_properties.py, live). Here: what the renderer must refuse and how
-it says so — checks written as functions so the mutation tests can show each one
-catching a planted defect.
+it says so — the checks are in ``template_checks.py``, where the mutation tests show
+each one catching a planted defect.
 """
 
 from __future__ import annotations
@@ -16,35 +16,9 @@ import pytest
 
 from oracle import template as tpl
 from oracle.gguf import open_gguf
-from specgate import render_corpus
+from specgate import corpus
 from specgate.plugin import get_model
-
-HOSTILE = render_corpus.hostile_templates()
-HANG_SECONDS = 5.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
-
-
-def hostile_problem(source: str, expect: str) -> str | None:
-    """None when the oracle refuses ``source`` with a message containing ``expect`` and
-    a template line, within the hang bound; else what went wrong. The one-second CPU
-    and wall bounds and the memory bound are measured per template in a fresh
-    interpreter (test_template_hostile_bounds.py): inside the full suite this process
-    holds gigabytes of references, and one template (48_slice_huge) measured 2.6 s of
-    CPU here while it takes 0.16 s in a fresh process."""
-    start, cpu_start = time.perf_counter(), time.process_time()
-    try:
-        tpl.ChatTemplate(source)  # compile + canary render: where a model's template first runs
-    except tpl.TemplateRefusal as exc:
-        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        if max(cpu, elapsed) > HANG_SECONDS:
-            return f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)"
-        if expect not in str(exc):
-            return f"refusal does not name {expect!r}: {exc}"
-        if exc.line is None or f"template line {exc.line}" not in str(exc):
-            return f"refusal does not name the template line: {exc}"
-        return None
-    except Exception as exc:  # anything but a refusal is a crash of the renderer
-        return f"raised {type(exc).__name__} instead of a refusal: {exc}"
-    return f"NOT refused (rendered in {time.perf_counter() - start:.2f} s)"
+from tests.oracle.template_checks import HOSTILE, REFUSALS, hostile_problem, refusal_problem
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
@@ -56,48 +30,6 @@ def test_hostile_template_refused_within_a_second(name):
 
 def test_hostile_corpus_size():
     assert len(HOSTILE) >= 15
-
-
-# Each: (template, construct the refusal must name, template line it must name).
-REFUSALS = {
-    "unknown filter": (
-        "{% for m in messages %}\n{{ m.content }}\n{{ m.content | splitlines }}\n{% endfor %}",
-        "filter 'splitlines'",
-        3,
-    ),
-    "unknown test": ("line one\n{% if messages is conversation %}x{% endif %}", "test 'conversation'", 2),
-    "unknown tag": ("a\nb\n{% generate %}x{% endgenerate %}", "tag 'generate'", 3),
-    "unknown method": (
-        "{{ bos_token }}\n{% for m in messages %}{{ m.content.removeprefix_all('x') }}{% endfor %}",
-        "attribute 'removeprefix_all'",
-        2,
-    ),
-    "undefined variable call": ("x\ny\n{{ render_tools(tools) }}", "variable 'render_tools'", 3),
-    "raise_exception": (
-        "{% if messages[0].role == 'user' %}\n{{ raise_exception('System message required') }}\n{% endif %}",
-        "System message required",
-        2,
-    ),
-    "type error": ("\n\n\n{{ messages[0].content + 1 }}", "TypeError", 4),
-    "syntax error": ("{% for m in messages %}\n{{ m.content }\n{% endfor %}", "syntax", 2),
-    "mutation": ("ok\n{{ messages.pop() }}", "attribute 'pop'", 2),
-}
-
-
-def refusal_problem(source: str, construct: str, line: int) -> str | None:
-    """None when loading ``source`` is refused with a message naming ``construct``
-    and ``template line <line>``; else what is missing."""
-    try:
-        tpl.ChatTemplate(source)
-    except tpl.TemplateRefusal as exc:
-        message = str(exc)
-        missing = [
-            what
-            for what, text in (("construct", construct), ("line", f"template line {line}"))
-            if text not in message
-        ]
-        return f"refusal message lacks the {' and the '.join(missing)}: {message}" if missing else None
-    return "not refused"
 
 
 @pytest.mark.parametrize("case", sorted(REFUSALS))
@@ -206,7 +138,7 @@ def test_long_conversation_renders_inside_the_budget():
     print(f"400-message Qwen3 render: {elapsed * 1000:.1f} ms")
 
 
-@pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
+@pytest.mark.parametrize("model_id", corpus.TEMPLATE_MODELS)
 def test_oracle_reads_the_template_llamacpp_reads(model_id):
     """The template the oracle loads is byte-identical to the GGUF template whose
     sha256 the template-identity snapshot recorded (read there through llama.cpp)."""

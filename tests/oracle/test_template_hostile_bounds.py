@@ -27,7 +27,7 @@ from jinja2.parser import Parser
 from oracle import template as tpl
 from oracle.gguf import open_gguf
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
-from specgate import render_corpus
+from specgate import corpus
 from specgate.plugin import get_model
 from tests.oracle import hostile_probe
 
@@ -40,13 +40,13 @@ HANG_SECONDS = 5.0
 # instead of taking gigabytes from the machine (far above the 256 MB bound).
 ADDRESS_SPACE_CAP_MB = 2048
 ROOT = Path(__file__).resolve().parents[2]
-HOSTILE = render_corpus.hostile_templates()
+HOSTILE = corpus.hostile_templates()
 
 
 @pytest.fixture(scope="module")
 def probed() -> dict[str, dict]:
     """Each hostile template's outcome, time and peak memory, measured once per run."""
-    paths = sorted(render_corpus.HOSTILE.glob("*.jinja"))
+    paths = sorted(corpus.HOSTILE.glob("*.jinja"))
     command = [
         sys.executable,
         "-m",
@@ -161,7 +161,7 @@ def fresh_probe(source: str, timeout: float, limits: dict) -> dict:
 MARGINS = {"max_template_tokens": 4, "max_block_depth": 2, "max_bracket_depth": 4, "max_tree_depth": 2}
 
 
-@pytest.mark.parametrize("model_id", render_corpus.TEMPLATE_MODELS)
+@pytest.mark.parametrize("model_id", corpus.TEMPLATE_MODELS)
 def test_real_templates_are_far_inside_the_source_bounds(model_id):
     """Each published template passes the source checks with every bound divided by its margin."""
     from oracle.template_bounds import check_template_source, check_tree_depth

@@ -19,9 +19,10 @@ import pytest
 from impl.oracle import OracleEngine
 from oracle import template as tpl
 from oracle import template_env, template_sandbox
-from specgate.plugin import get_model
+from specgate.corpus import constructs_model
+from specgate.plugin import get_model, snapshot_cases
 from tests.gates import test_render as gate
-from tests.oracle import test_template as checks
+from tests.oracle import template_checks as checks
 
 # Only templates that are harmless when run unsandboxed (introspection, no calls
 # into os/subprocess, no huge allocations) are used against the mutant.
@@ -79,20 +80,26 @@ REJECTED = "27_rejected_missing_content/gen"
 
 def test_chatml_fallback_is_caught_by_the_render_gate(monkeypatch):
     model = get_model(MODEL)
-    gate.test_render(OracleEngine(), model, MODEL, REJECTED)  # the real oracle refuses, as transformers does
+    gate.test_render(
+        OracleEngine(), model, MODEL, REJECTED, snapshot_cases(model, "render")[REJECTED]
+    )  # the real oracle refuses, as transformers does
     monkeypatch.setattr(tpl.ChatTemplate, "render", chatml_on_error())
     with pytest.raises(
         pytest.fail.Exception, match=rf"stage render, model {MODEL}, case {REJECTED}: the reference refuses"
     ):
-        gate.test_render(OracleEngine(), model, MODEL, REJECTED)
+        gate.test_render(OracleEngine(), model, MODEL, REJECTED, snapshot_cases(model, "render")[REJECTED])
 
 
 def test_chatml_fallback_is_caught_by_the_construct_gate(monkeypatch):
     case = "51_raise_exception_message"
-    gate.test_render_template(OracleEngine(), "constructs", case)
+    gate.test_render_template(
+        OracleEngine(), case, snapshot_cases(constructs_model(), "render_template")[case]
+    )
     monkeypatch.setattr(tpl, "render_template", chatml_template_on_error())
     with pytest.raises(pytest.fail.Exception, match=rf"case {case} .*the reference refuses"):
-        gate.test_render_template(OracleEngine(), "constructs", case)
+        gate.test_render_template(
+            OracleEngine(), case, snapshot_cases(constructs_model(), "render_template")[case]
+        )
 
 
 @pytest.mark.parametrize("dropped", ["construct", "line"])

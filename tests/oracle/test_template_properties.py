@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from impl.oracle import OracleEngine
 from impl.protocol import Unsupported
+from specgate import corpus
 from specgate import models as model_cache
-from specgate import render_corpus
 from specgate.gate import text_diff
 from specgate.plugin import get_model
 from tests.hypothesis_budget import examples
@@ -101,7 +101,7 @@ ANY_MESSAGE = st.fixed_dictionaries(
 )
 KWARGS = st.fixed_dictionaries({}, optional={"enable_thinking": st.booleans()})
 
-MODELS = [m for m in render_corpus.TEMPLATE_MODELS if m in model_cache.cached_models()]
+MODELS = [m for m in corpus.TEMPLATE_MODELS if m in model_cache.cached_models()]
 
 
 @pytest.fixture(scope="module")

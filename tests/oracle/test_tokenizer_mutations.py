@@ -27,7 +27,7 @@ from oracle.byte_level import to_standin
 from oracle.gguf import open_gguf
 from oracle.special import SpecialScanner
 from oracle.tokenizer import Tokenizer
-from specgate.derive import _typed, write_vocab_only
+from specgate.derive import write_vocab_only, writer_value
 from specgate.plugin import get_model, snapshot_cases
 from tests.gates import test_tokenizer as gate
 
@@ -57,14 +57,16 @@ def cached(model_id: str):
 
 def test_dropping_the_trailing_space_arm_fails_split(engine, monkeypatch):
     model, case = cached("qwen3-vocab"), "ws-runs-2-5"
-    gate.test_split(engine, model, model.id, case)
+    gate.test_split(engine, model, model.id, case, snapshot_cases(model, "split")[case])
     monkeypatch.setattr(
         pretokenize, "ARMS", tuple(a for a in pretokenize.ARMS if a is not pretokenize.trailing_space)
     )
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[split\] model {model.id}, case {case}: pieces differ"):
-        gate.test_split(engine, model, model.id, case)
+        gate.test_split(engine, model, model.id, case, snapshot_cases(model, "split")[case])
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case}/plain"):
-        gate.test_encode(engine, model, model.id, f"{case}/plain")
+        gate.test_encode(
+            engine, model, model.id, f"{case}/plain", snapshot_cases(model, "encode")[f"{case}/plain"]
+        )
 
 
 def test_whole_piece_shortcut_fails_encode(engine, monkeypatch):
@@ -75,7 +77,7 @@ def test_whole_piece_shortcut_fails_encode(engine, monkeypatch):
     model, case_id = cached("qwen3.6-vocab"), "vocab-unreachable-entries/plain"
     recorded = snapshot_cases(model, "encode")[case_id]
     case = {key: recorded[key] for key in ("text", "parse_special", "ids")}
-    gate.check_encode(engine, model, model.id, case_id, case)
+    gate.test_encode(engine, model, model.id, case_id, case)
     merged = Tokenizer.encode_piece
 
     def encode_piece_with_shortcut(self: Tokenizer, piece: str) -> list[int]:
@@ -87,12 +89,12 @@ def test_whole_piece_shortcut_fails_encode(engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case_id} .*first divergence"
     ):
-        gate.check_encode(engine, model, model.id, case_id, case)
+        gate.test_encode(engine, model, model.id, case_id, case)
 
 
 def test_latest_special_first_fails_encode(engine, monkeypatch):
     model, case = cached("qwen2.5-coder-0.5b-instruct"), "special-chatml/special"
-    gate.test_encode(engine, model, model.id, case)
+    gate.test_encode(engine, model, model.id, case, snapshot_cases(model, "encode")[case])
 
     def find_latest(self: SpecialScanner, text: str, start: int) -> tuple[int, str] | None:
         best = None
@@ -111,7 +113,7 @@ def test_latest_special_first_fails_encode(engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case} .*first divergence at index 0"
     ):
-        gate.test_encode(engine, model, model.id, case)
+        gate.test_encode(engine, model, model.id, case, snapshot_cases(model, "encode")[case])
 
 
 def vocabulary_without(source: Path, token: str, out: Path) -> Path:
@@ -121,7 +123,7 @@ def vocabulary_without(source: Path, token: str, out: Path) -> Path:
     tokens = list(src.metadata["tokenizer.ggml.tokens"])
     tokens[tokens.index(token)] = f"[removed {token}]"
     meta = {**src.metadata, "tokenizer.ggml.tokens": tokens}
-    kvs = [(key, *_typed(src.types[key], value)) for key, value in meta.items()]
+    kvs = [(key, *writer_value(src.types[key], value)) for key, value in meta.items()]
     write_vocab_only(out, meta["general.architecture"], kvs, alignment=meta.get("general.alignment"))
     return out
 
@@ -133,13 +135,13 @@ def test_id_zero_for_unknown_piece_fails_encode(engine, monkeypatch, reference, 
     model = type(base)(id="qwen3-vocab-without-the", gguf=path, sha256="-", role="vocab-only")
     text, case_id = "the cat", "the-cat/plain"
     case = {"text": text, "parse_special": False, "ids": reference("llamacpp").encode(model, text, False)}
-    gate.check_encode(engine, model, model.id, case_id, case)  # byte fallback: t, h, e — as llama.cpp
+    gate.test_encode(engine, model, model.id, case_id, case)  # byte fallback: t, h, e — as llama.cpp
     engine = fresh(monkeypatch)
     monkeypatch.setattr(bpe, "to_ids", lambda symbols, vocab: [vocab.get(s, 0) for s in symbols])
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case_id} .*first divergence at index 0"
     ):
-        gate.check_encode(engine, model, model.id, case_id, case)
+        gate.test_encode(engine, model, model.id, case_id, case)
 
 
 def test_lossy_decode_fails_decode(engine, monkeypatch):
@@ -147,7 +149,7 @@ def test_lossy_decode_fails_decode(engine, monkeypatch):
     # that ends inside a character; the decode snapshot holds such single-token cases.
     model = cached("qwen2.5-coder-0.5b-instruct")
     case = next(c for c in snapshot_cases(model, "decode") if c.startswith("token-"))
-    gate.test_decode(engine, model, model.id, case)
+    gate.test_decode(engine, model, model.id, case, snapshot_cases(model, "decode")[case])
     exact = Tokenizer.decode_bytes
     engine = fresh(monkeypatch)
     monkeypatch.setattr(
@@ -156,4 +158,4 @@ def test_lossy_decode_fails_decode(engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[decode\] model {model.id}, case {case}: bytes differ .* at byte \d"
     ):
-        gate.test_decode(engine, model, model.id, case)
+        gate.test_decode(engine, model, model.id, case, snapshot_cases(model, "decode")[case])

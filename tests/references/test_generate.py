@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from specgate import snapshots
-from specgate.checks import generate as generation
+from specgate.checks import generate as generate_checks
 from specgate.gate import first_difference, first_divergence
 from specgate.models import has_weights
 
@@ -36,7 +36,7 @@ def reference_stream(result: dict[str, Any]) -> dict[str, Any]:
     return {
         "ids": result["ids"],
         "finish_reason": result["finish_reason"],
-        "margins": generation.margins(result["steps"]),
+        "margins": generate_checks.margins(result["steps"]),
     }
 
 
@@ -57,7 +57,7 @@ def agreed_prefix(streams: dict[str, dict[str, Any]], tolerance: float) -> tuple
                 reason = (
                     f"{a_name} and {b_name} greedy streams part at step {n} with top-2 margin {margin:.4f} "
                     f"> tie tolerance {tolerance}:\n"
-                    + first_divergence(generation.stream(a), generation.stream(b))
+                    + first_divergence(generate_checks.stream(a), generate_checks.stream(b))
                 )
         ids = ids[:n]
     return ids, reason
@@ -130,56 +130,14 @@ def stop_case(
     }
 
 
-def margin_drift(name: str, want: dict[str, Any], got: dict[str, Any], tolerance: float) -> str | None:
-    """The largest move of a top-2 margin over the steps both streams take in the same
-    context (up to and including the step where they part at a near tie)."""
-    same = first_difference(want["ids"][: len(got["ids"])], got["ids"][: len(want["ids"])])
-    n = min(len(want["margins"]), len(got["margins"]), len(want["ids"]) + 1 if same is None else same + 1)
-    worst = max(range(n), key=lambda k: abs(want["margins"][k] - got["margins"][k]), default=None)
-    if worst is not None and abs(want["margins"][worst] - got["margins"][worst]) > tolerance:
-        return (
-            f"{name}: top-2 margin at step {worst} moved {want['margins'][worst]:.4f} → "
-            f"{got['margins'][worst]:.4f} (> {tolerance})"
-        )
-    return None
-
-
-def generate_drift(model_id: str) -> snapshots.Drift:
-    """Greedy streams and margins come out of floating-point forwards that differ in their
-    last bits between CPUs: a stream may part from its snapshot only at a near tie, and a
-    margin may move by less than the tie tolerance that the generate gate applies to it.
-    Everything else (prompts, parameters, known stop answers) must not change at all."""
-
-    def drift(case_id: str, stored: dict[str, Any], live: dict[str, Any]) -> str | None:
-        if stored["prompt"] != live["prompt"] or stored["params"] != live["params"]:
-            return snapshots.exact(case_id, stored, live)
-        if "references" in stored:  # a greedy case
-            for name, want in stored["references"].items():
-                got, tolerance = live["references"][name], generation.tie_tolerance(model_id, name)
-                failure, _ = generation.compare_greedy(want, got, tolerance)
-                if failure:
-                    return f"{name}: {failure}"
-                if why := margin_drift(name, want, got, tolerance):
-                    return why
-            if ("disagreement" in stored) != ("disagreement" in live):
-                return f"disagreement: snapshot {stored.get('disagreement')!r}, live {live.get('disagreement')!r}"
-            return None
-        if stored["expected"] != live["expected"] or stored["reference"]["ids"] != live["reference"]["ids"]:
-            return snapshots.exact(case_id, stored, live)
-        tolerance = max(generation.tie_tolerance(model_id, name) for name in ("llamacpp", "transformers"))
-        return margin_drift("agreed stream", stored["reference"], live["reference"], tolerance)
-
-    return drift
-
-
-def test_record_generate(request, snapshot, reference, model_id, model):
+def test_record_generate(request, reference, model_id, model):
     if model.id not in CORPUS["models"] and model.role != "user":
         pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(CORPUS['models'])})")
     if not has_weights(model):
         pytest.skip(f"{model_id} has no weights to generate with")
     llama, hf = reference("llamacpp"), reference("hf")
     llm = llama.llama(model, vocab_only=False)
-    tolerance = generation.tie_tolerance(model.id, "llamacpp")
+    tolerance = generate_checks.tie_tolerance(model.id, "llamacpp")
     cases: dict[str, Any] = {}
     for name, prompt in CORPUS["prompts"].items():
         if not applies(prompt, model.id):
@@ -206,7 +164,6 @@ def test_record_generate(request, snapshot, reference, model_id, model):
                 cases[f"stop-{kind}/{name}"] = stop_
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "generate",
@@ -216,5 +173,5 @@ def test_record_generate(request, snapshot, reference, model_id, model):
             "transformers": "generate(do_sample=False) on the GGUF dequantized to f32",
         },
         packages=("llama-cpp-python", "transformers", "torch"),
-        drift=generate_drift(model.id),
+        drift=generate_checks.generate_drift(model.id),
     )

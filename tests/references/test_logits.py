@@ -11,35 +11,15 @@ import numpy as np
 import pytest
 
 from specgate import logit_metrics, snapshots
-from specgate.checks.logits import check_exact, check_quantized
+from specgate.checks.logits import logits_drift
+from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
 from specgate.plugin import get_model, model_missing
-from tests.forward_corpus import POSITIONS, TOP_K, forward_models, is_tiny, prompts_for, reference_logits
+from tests.live_logits import reference_logits
 
 pytestmark = pytest.mark.live
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "forward_model_id" in metafunc.fixturenames:
-        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
-
-
-def logits_drift(
-    model_id: str, stored: dict[str, Any], ids: list[int], hf: np.ndarray, llama: np.ndarray
-) -> str | None:
-    """The live references against their stored records, by the gates those records feed:
-    transformers by the tight gate (across CPUs it moves by float32 rounding: measured
-    ≤ 1.3e-5 on the tiny models between an AVX-512 and an AVX2 machine), llama.cpp by
-    the loose one (its kernels differ per CPU: up to 0.11 on tiny-qwen3-q4_k's 512-token
-    prompt, mean KL 1.4e-4)."""
-    if stored["ids"] != ids:
-        return f"prompt ids differ: snapshot {stored['ids'][:20]}…, live {ids[:20]}…"
-    tight, _ = check_exact(model_id, stored, hf)
-    loose, _ = check_quantized(stored, llama)
-    problems = [f"transformers: {tight}"] * bool(tight) + [f"llama.cpp: {loose}"] * bool(loose)
-    return "; ".join(problems) or None
-
-
-def test_record_logits(request, snapshot, reference, forward_model_id):
+def test_record_logits(request, reference, forward_model_id):
     model = get_model(forward_model_id)
     hf, llama = reference("hf"), reference("llamacpp")
     vocab = llama.llama(model, vocab_only=True)
@@ -69,7 +49,7 @@ def test_record_logits(request, snapshot, reference, forward_model_id):
     hf.release_forward(model)
     llama.release_forward(model)
     snapshots.record(
-        request, snapshot, hf, model, "logits", cases,
+        request, hf, model, "logits", cases,
         references={
             "hf": "transformers float32 forward on the GGUF's weights dequantized by gguf-py (eager attention)",
             "llamacpp": "llama.cpp logits_all on the same GGUF (activations quantized for quantized matmuls)",

@@ -36,7 +36,7 @@ def merge(sources: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return cases
 
 
-def test_record_metadata(request, snapshot, reference, model_id, model):
+def test_record_metadata(request, reference, model_id, model):
     if model_id.startswith("tiny-") and not model_id.endswith("-f32"):
         pytest.skip(f"{model_id}: same hyper-parameters as its family's f32 model, which is recorded")
     hf, llama = reference("hf"), reference("llamacpp")
@@ -45,7 +45,6 @@ def test_record_metadata(request, snapshot, reference, model_id, model):
         sources["transformers"] = flatten(hf.metadata(model))
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "metadata",

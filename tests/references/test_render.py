@@ -1,5 +1,9 @@
 """Record the render stage's reference outputs (transformers; llama.cpp for ids).
 
+Every case carries its inputs (the conversation: ``messages``,
+``add_generation_prompt``, ``kwargs``; a construct: ``construct``, ``template``,
+``context``) beside the reference's answer.
+
 * ``snapshots/<model>/render.json`` — every corpus conversation through the model's
   own template with ``apply_chat_template(tokenize=False)``: ``{"prompt": str}``, or
   ``{"error": {"type", "message", "raised_by_template"}}`` when the template refuses.
@@ -20,7 +24,7 @@ import json
 import pytest
 
 from impl.protocol import Unsupported
-from specgate import render_corpus, snapshots
+from specgate import corpus, snapshots
 from specgate.models import has_chat_template
 from specgate.plugin import get_model
 
@@ -35,7 +39,7 @@ def model(model_id):
     (``--model PATH``) that carries ``tokenizer.chat_template``. The plugin runs these
     tests once per selected model."""
     ref = get_model(model_id)
-    if model_id not in render_corpus.TEMPLATE_MODELS and not has_chat_template(ref):
+    if model_id not in corpus.TEMPLATE_MODELS and not has_chat_template(ref):
         pytest.skip(f"{model_id} is neither a template model nor a user's GGUF carrying a chat template")
     return ref
 
@@ -48,23 +52,26 @@ def reference_renders(hf, model) -> dict:
     from impl.hf.render import template_error
 
     cases = {}
-    for case_id, case in render_corpus.render_cases().items():
+    for case_id, case in corpus.render_cases().items():
         try:
-            cases[case_id] = {
-                "prompt": hf.render(model, case.messages, case.add_generation_prompt, **case.kwargs)
-            }
+            answer = {"prompt": hf.render(model, case.messages, case.add_generation_prompt, **case.kwargs)}
         except Unsupported as exc:
-            cases[case_id] = {"error": template_error(exc)}
+            answer = {"error": template_error(exc)}
+        cases[case_id] = {**case.inputs(), **answer}
     return cases
 
 
-def test_record_render(request, snapshot, reference, model, model_id):
+def inputs_of(case: dict) -> dict:
+    """A recorded render case without transformers' answer: the conversation alone."""
+    return {k: v for k, v in case.items() if k not in ("prompt", "error")}
+
+
+def test_record_render(request, reference, model, model_id):
     hf = reference("hf")
     cases = reference_renders(hf, model)
     assert any("prompt" in c for c in cases.values()), f"{model_id}: transformers rendered no conversation"
     snapshots.record(
         request,
-        snapshot,
         hf,
         model,
         "render",
@@ -74,7 +81,7 @@ def test_record_render(request, snapshot, reference, model, model_id):
     )
 
 
-def test_record_template_identity(request, snapshot, reference, model, model_id):
+def test_record_template_identity(request, reference, model, model_id):
     from impl.llamacpp import render as llamacpp_render
 
     hf, llama = reference("hf"), reference("llamacpp")
@@ -90,10 +97,10 @@ def test_record_template_identity(request, snapshot, reference, model, model_id)
     cases = {"template-identity": identity}
     for case_id, rendered in reference_renders(hf, model).items():
         if "prompt" in rendered:
-            cases[f"ids/{case_id}"] = {"ids": llama.encode(model, rendered["prompt"], parse_special=True)}
+            ids = llama.encode(model, rendered["prompt"], parse_special=True)
+            cases[f"ids/{case_id}"] = {**inputs_of(rendered), "ids": ids}
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "template",
@@ -107,23 +114,23 @@ def test_record_template_identity(request, snapshot, reference, model, model_id)
     )
 
 
-def test_record_constructs(request, snapshot, reference):
+def test_record_constructs(request, reference):
     from impl.hf.render import template_error
 
     if snapshots.root_of(request.config) != snapshots.SNAPSHOT_ROOT:
         pytest.skip("the construct templates belong to the repository's snapshots, not a --snapshot-dir")
     hf = reference("hf")
     cases = {}
-    for case_id, construct in render_corpus.constructs().items():
+    for case_id, construct in corpus.constructs().items():
         try:
-            cases[case_id] = {"output": hf.render_template(construct["template"], construct["context"])}
+            answer = {"output": hf.render_template(construct["template"], construct["context"])}
         except Unsupported as exc:
-            cases[case_id] = {"error": template_error(exc)}
+            answer = {"error": template_error(exc)}
+        cases[case_id] = {**construct, **answer}
     snapshots.record(
         request,
-        snapshot,
         hf,
-        render_corpus.constructs_model(),
+        corpus.constructs_model(),
         "render_template",
         cases,
         references={

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from specgate import snapshots
-from specgate.checks import sample as sampling
-from specgate.checks.logits import QUANTIZED_TIE_MARGIN
+from specgate.checks import sample as sample_checks
 from specgate.models import has_weights
 
 try:
@@ -66,7 +65,7 @@ def penalty_window(spec: list[Any], logits: np.ndarray) -> list[int]:
 
 
 def grid_cases(name: str, logits: dict[str, Any]) -> dict[str, tuple[dict[str, Any], dict[str, Any], float]]:
-    x = sampling.logits_of({"logits": logits})
+    x = sample_checks.logits_of({"logits": logits})
     out = {}
     for point, spec in GRID["points"].items():
         params = {k: v for k, v in spec.items() if k not in ("r", "penalty_window")}
@@ -91,15 +90,15 @@ def crafted_cases() -> dict[str, tuple[dict[str, Any], dict[str, Any], float]]:
 def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> dict[str, Any]:
     from impl.llamacpp import sampler as llamacpp_sampler
 
-    x = sampling.logits_of({"logits": logits})
+    x = sample_checks.logits_of({"logits": logits})
     full = llamacpp_sampler.run_chain(x, params, documented=True)
-    documented = sampling.summarize(full)
-    native = sampling.summarize(llamacpp_sampler.run_chain(x, params, documented=False))
+    documented = sample_checks.summarize(full)
+    native = sample_checks.summarize(llamacpp_sampler.run_chain(x, params, documented=False))
     case: dict[str, Any] = {"logits": logits, "params": params, "r": r, **documented}
     if full["chain"][-1] == "greedy":
         case["token"] = full["ids"][0]
     else:
-        token, margin = sampling.expected_draw(full["ids"], full["probs"], r)
+        token, margin = sample_checks.expected_draw(full["ids"], full["probs"], r)
         case["token"] = token if margin > DRAW_MARGIN else None
     case["llamacpp_native"] = None
     for want, got in zip(documented["steps"], native["steps"], strict=True):
@@ -115,37 +114,7 @@ def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> 
     return case
 
 
-def stored_windows(cases: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The model windows a snapshot was recorded on. They are the sampler's inputs: the
-    re-check runs llama.cpp's samplers on exactly these logits, because llama.cpp's
-    forward gives other last bits on another CPU (its drift is the logits stage's
-    re-check), while its samplers on the same logits must give the same candidates."""
-    return {
-        case_id.split("/")[0]: case["logits"]
-        for case_id, case in cases.items()
-        if "/" in case_id and not case_id.startswith("crafted-")
-    }
-
-
-def window_drift(name: str, stored: dict[str, Any] | None, live: np.ndarray) -> str | None:
-    """A stored window against llama.cpp's live logits after the same prompt: every stored
-    token within the loose logits gate's margin. Between an AVX-512 and an AVX2 machine
-    they moved by ≤ 0.23 (0.5B model; ≤ 1e-3 on the tiny f32 ones); another prompt or
-    model moves them by whole logits."""
-    if stored is None:
-        return f"window {name!r} is not in the snapshot"
-    ids, want = np.asarray(stored["ids"]), np.asarray(stored["values"])
-    delta = np.abs(live[ids] - want)
-    worst = int(delta.argmax())
-    if delta[worst] > QUANTIZED_TIE_MARGIN:
-        return (
-            f"window {name!r}: token {ids[worst]} has logit {want[worst]:.4f} in the snapshot, "
-            f"{live[ids[worst]]:.4f} live (|Δ| > {QUANTIZED_TIE_MARGIN})"
-        )
-    return None
-
-
-def test_record_sample(request, snapshot, reference, model_id, model):
+def test_record_sample(request, reference, model_id, model):
     if model.id not in WINDOWS["models"] and model.role != "user":
         pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(WINDOWS['models'])})")
     if not has_weights(model):
@@ -155,9 +124,11 @@ def test_record_sample(request, snapshot, reference, model_id, model):
         inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}
     else:
         root = snapshots.root_of(request.config)
-        inputs = stored_windows(snapshots.load(model, "sample", root))
+        inputs = sample_checks.stored_windows(snapshots.load(model, "sample", root))
         live = model_windows(llama, model)
-        drifted = [why for name, x in live.items() if (why := window_drift(name, inputs.get(name), x))]
+        drifted = [
+            why for name, x in live.items() if (why := sample_checks.window_drift(name, inputs.get(name), x))
+        ]
         assert not drifted, (
             f"{model.id}/sample: {drifted[0]}\nregenerate with: {snapshots.regenerate_command(model, root)}"
         )
@@ -166,7 +137,6 @@ def test_record_sample(request, snapshot, reference, model_id, model):
     cases = {case_id: reference_case(*spec) for case_id, spec in specs.items()}
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "sample",

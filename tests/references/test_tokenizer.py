@@ -29,9 +29,9 @@ from impl.protocol import Unsupported
 from impl.text.engines import RegexSplitter
 from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
+from specgate.corpus import MODES, TOKENIZER_MODELS, decode_cases, tokenizer_texts
 from specgate.gate import first_difference, first_divergence
 from specgate.plugin import get_model
-from tests.tokenizer_corpus import MODES, TOKENIZER_MODELS, cases, decode_cases
 
 pytestmark = pytest.mark.live
 PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
@@ -47,16 +47,16 @@ def _vocabulary_models_only(model_id: str) -> None:
 _encoded: dict[str, dict[str, Any]] = {}
 
 
-def test_record_split(request, snapshot, reference, model_id, model):
+def test_record_split(request, reference, model_id, model):
     regex = reference("regex")
     recorded = {
-        cid: {"text": c["text"], "pieces": regex.split(model, c["text"])} for cid, c in cases().items()
+        cid: {"text": c["text"], "pieces": regex.split(model, c["text"])}
+        for cid, c in tokenizer_texts().items()
     }
     bad = [cid for cid, c in recorded.items() if "".join(c["pieces"]) != c["text"]]
     assert not bad, f"{model_id}: the reference pattern does not tile these texts: {bad}"
     snapshots.record(
         request,
-        snapshot,
         regex,
         model,
         "split",
@@ -167,7 +167,7 @@ def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
     llm = llama.llama(model, vocab_only=True)
     refs = cross_references(reference, model)
     out: dict[str, Any] = {}
-    for cid, c in cases().items():
+    for cid, c in tokenizer_texts().items():
         for mode, parse_special in MODES.items():
             ids = llama.encode(model, c["text"], parse_special)
             case: dict[str, Any] = {"text": c["text"], "parse_special": parse_special, "ids": ids}
@@ -186,7 +186,7 @@ def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
     return out
 
 
-def test_record_encode(request, snapshot, reference, model_id, model):
+def test_record_encode(request, reference, model_id, model):
     recorded = encode_cases(reference, model)
     names = {"llamacpp": "llama_tokenize(add_special=False, parse_special=<case>) on the GGUF"}
     for name in cross_references(reference, model):
@@ -197,7 +197,6 @@ def test_record_encode(request, snapshot, reference, model_id, model):
         }[name]
     snapshots.record(
         request,
-        snapshot,
         reference("llamacpp"),
         model,
         "encode",
@@ -208,7 +207,7 @@ def test_record_encode(request, snapshot, reference, model_id, model):
 
 
 def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> list[int] | None:
-    """The ids of a decode-corpus case on this vocabulary (``tests.tokenizer_corpus.decode_cases``),
+    """The ids of a decode-corpus case on this vocabulary (``specgate.corpus.decode_cases``),
     or None when the vocabulary lacks one of its special tokens. A ``head`` that does not end
     inside a character is a corpus mistake on the manifest's vocabularies (``strict``); a
     user's own vocabulary may simply hold the whole character, and does not get the case."""
@@ -222,6 +221,11 @@ def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> 
             if len(one) != 1 or not llamacpp_tokenizer.is_special(llm, one[0]):
                 return None  # not a special token of this vocabulary
             ids += one
+        elif kind == "unused":
+            unused = llamacpp_tokenizer.unused_ids(llm)
+            if not unused:
+                return None  # this vocabulary has no unused fillers
+            ids.append(unused[0] if text == "first" else unused[-1])
         else:
             whole = llamacpp_tokenizer.encode(llm, text, False)
             split_inside = len(whole) > 1 and not _is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
@@ -242,7 +246,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def test_record_decode(request, snapshot, reference, model_id, model):
+def test_record_decode(request, reference, model_id, model):
     llama = reference("llamacpp")
     llm = llama.llama(model, vocab_only=True)
     tiktoken = reference("tiktoken") if model.tiktoken is not None else None
@@ -280,7 +284,6 @@ def test_record_decode(request, snapshot, reference, model_id, model):
                 )
     snapshots.record(
         request,
-        snapshot,
         llama,
         model,
         "decode",

@@ -205,7 +205,7 @@ def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
     corpus here), in that file's own format; a decode reproducer is refused by name."""
     import shutil
 
-    from specgate.render_corpus import CORPUS
+    from specgate.corpus import CORPUS
     from specgate.search.corpus import SaveError, save
 
     corpus = tmp_path / "corpus"
