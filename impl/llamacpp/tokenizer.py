@@ -52,7 +52,11 @@ def unused_ids(llm: Any) -> list[int]:
     import llama_cpp
 
     vocab = llm._model.vocab
-    return [i for i in range(llm.n_vocab()) if llama_cpp.llama_vocab_get_attr(vocab, i) & llama_cpp.LLAMA_TOKEN_ATTR_UNUSED]
+    return [
+        i
+        for i in range(llm.n_vocab())
+        if llama_cpp.llama_vocab_get_attr(vocab, i) & llama_cpp.LLAMA_TOKEN_ATTR_UNUSED
+    ]
 
 
 def decode(llm: Any, ids: Sequence[int]) -> bytes:

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from oracle import attention, attention_blocked, bpe, bpe_fast
 from oracle.byte_level import to_standin
+from specgate.corpus import tokenizer_texts
 from tests.hypothesis_budget import examples
 from tests.oracle.test_tokenizer_properties import oracle, texts
-from specgate.corpus import tokenizer_texts
 
 # -- BPE: the heap over a linked list takes the definition's fusions, in its order -------------
 
