@@ -5,7 +5,8 @@ lazy import included — it is an arrow too) of every module in ``oracle/``,
 * the oracle imports only numpy, regex, jinja2, gguf and the standard library;
 * the adapters (``impl/``) never import the suite (``specgate``);
 * a third-party adapter (``impl/ecosystem/<engine>/``) imports only the standard library,
-  its engine's own package and the shared protocol loop ``impl/ecosystem/jsonl_engine.py``;
+  its engine's own package and the shared helpers ``impl/ecosystem/jsonl_engine.py`` and
+  ``divergences.py``;
 * no two modules import each other, directly or around a longer loop.
 """
 
@@ -22,7 +23,7 @@ ORACLE_MAY_IMPORT = {"numpy", "regex", "jinja2", "gguf", "oracle", "__future__"}
 ECOSYSTEM = ROOT / "impl" / "ecosystem"
 # Each ecosystem folder's engine package, by its import name (a new folder must add itself).
 ECOSYSTEM_ENGINE_IMPORTS = {"minijinja": {"minijinja"}, "tokie": {"tokie"}, "llama_cpp_server": {"llama_cpp"}}
-ECOSYSTEM_SHARED = {"jsonl_engine", "__future__"}
+ECOSYSTEM_SHARED = {"jsonl_engine", "divergences", "__future__"}
 
 
 def module_name(path: Path) -> str:
@@ -104,7 +105,7 @@ def test_the_adapters_never_import_the_suite() -> None:
 
 def ecosystem_strays() -> list[str]:
     """Imports of ``impl/ecosystem/**.py`` beyond the standard library, the folder's own
-    engine package and the shared loop (which itself may import only the standard library)."""
+    engine package and the shared helpers (which themselves may import only the standard library)."""
     modules = project_modules()
     stray = []
     for path in sorted(ECOSYSTEM.rglob("*.py")):
@@ -123,7 +124,7 @@ def ecosystem_strays() -> list[str]:
     return stray
 
 
-def test_the_ecosystem_adapters_import_only_the_stdlib_their_engine_and_the_shared_loop() -> None:
+def test_the_ecosystem_adapters_import_only_the_stdlib_their_engine_and_the_shared_helpers() -> None:
     stray = ecosystem_strays()
     assert not stray, "impl/ecosystem/ imports beyond its allowed set:\n" + "\n".join(stray)
 
