@@ -21,6 +21,7 @@ import numpy as np
 from gguf import GGUFWriter, quants
 from gguf.constants import GGMLQuantizationType, LlamaFileType
 
+from impl.hf.forward import GGUF_TO_HF_LAYER, GGUF_TO_HF_TOP
 from oracle.gguf import open_gguf
 
 FLOAT_TYPES = {
@@ -42,24 +43,9 @@ QUANT_FTYPES = {
     "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
 }
 
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-             "lm_head.weight": "output.weight"}  # fmt: skip
+# transformers parameter name -> GGUF tensor name: the reference's table, inverted.
+LAYER_NAMES = {hf: gguf for gguf, hf in GGUF_TO_HF_LAYER.items()}
+TOP_NAMES = {hf: gguf for gguf, hf in GGUF_TO_HF_TOP.items()}
 
 
 class ConvertError(Exception):

@@ -4,6 +4,9 @@ lazy import included — it is an arrow too) of every module in ``oracle/``,
 
 * the oracle imports only numpy, regex, jinja2, gguf and the standard library;
 * the adapters (``impl/``) never import the suite (``specgate``);
+* a third-party adapter (``impl/ecosystem/<engine>/``) imports only the standard library,
+  its engine's own package and the shared helpers ``impl/ecosystem/jsonl_engine.py`` and
+  ``divergences.py``;
 * no two modules import each other, directly or around a longer loop.
 """
 
@@ -17,6 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("oracle", "impl", "specgate")
 ORACLE_MAY_IMPORT = {"numpy", "regex", "jinja2", "gguf", "oracle", "__future__"}
+ECOSYSTEM = ROOT / "impl" / "ecosystem"
+# Each ecosystem folder's engine package, by its import name (a new folder must add itself).
+ECOSYSTEM_ENGINE_IMPORTS = {"minijinja": {"minijinja"}, "tokie": {"tokie"}, "llama_cpp_server": {"llama_cpp"}}
+ECOSYSTEM_SHARED = {"jsonl_engine", "divergences", "__future__"}
 
 
 def module_name(path: Path) -> str:
@@ -94,6 +101,32 @@ def test_the_adapters_never_import_the_suite() -> None:
         if _top(line.rsplit(" ", 1)[1]) == "specgate"
     ]
     assert not upward, "impl/ imports the suite (specgate):\n" + "\n".join(upward)
+
+
+def ecosystem_strays() -> list[str]:
+    """Imports of ``impl/ecosystem/**.py`` beyond the standard library, the folder's own
+    engine package and the shared helpers (which themselves may import only the standard library)."""
+    modules = project_modules()
+    stray = []
+    for path in sorted(ECOSYSTEM.rglob("*.py")):
+        folder = path.relative_to(ECOSYSTEM).parts[0] if path.parent != ECOSYSTEM else None
+        engine = ECOSYSTEM_ENGINE_IMPORTS.get(folder, set()) if folder else set()
+        allowed = (
+            set(sys.stdlib_module_names) | engine | ({"__future__"} if folder is None else ECOSYSTEM_SHARED)
+        )
+        if folder is not None and folder not in ECOSYSTEM_ENGINE_IMPORTS:
+            stray.append(f"{path.relative_to(ROOT)}: folder {folder!r} missing from ECOSYSTEM_ENGINE_IMPORTS")
+        stray += [
+            f"{path.relative_to(ROOT)}:{line} imports {name}"
+            for name, line in imported_names(module_name(path), path, modules)
+            if _top(name) not in allowed
+        ]
+    return stray
+
+
+def test_the_ecosystem_adapters_import_only_the_stdlib_their_engine_and_the_shared_helpers() -> None:
+    stray = ecosystem_strays()
+    assert not stray, "impl/ecosystem/ imports beyond its allowed set:\n" + "\n".join(stray)
 
 
 def cycles(arrows: dict[str, set[str]]) -> list[list[str]]:

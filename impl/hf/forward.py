@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-# GGUF tensor name (within a block) -> transformers parameter name.
-_LAYER = {
+# GGUF tensor name (within a block) -> transformers parameter name; specgate/convert.py
+# reads the same table the other way round.
+GGUF_TO_HF_LAYER = {
     "attn_norm.weight": "input_layernorm.weight",
     "attn_q.weight": "self_attn.q_proj.weight",
     "attn_q.bias": "self_attn.q_proj.bias",
@@ -46,15 +47,15 @@ _LAYER = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+GGUF_TO_HF_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
         "output.weight": "lm_head.weight"}  # fmt: skip
 
 
 def _hf_name(name: str) -> str:
-    if name in _TOP:
-        return _TOP[name]
+    if name in GGUF_TO_HF_TOP:
+        return GGUF_TO_HF_TOP[name]
     _, layer, rest = name.split(".", 2)
-    return f"model.layers.{layer}.{_LAYER[rest]}"
+    return f"model.layers.{layer}.{GGUF_TO_HF_LAYER[rest]}"
 
 
 def load_transformers_gguf(path: Path) -> Any:

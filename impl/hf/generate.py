@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from impl.llamacpp.generate import check_greedy, top_logits
+from impl.llamacpp.generate import check_greedy, generation, top_logits
 
 
 def stop_ids(lm: Any, tokenizer: Any) -> list[int]:
@@ -55,10 +55,4 @@ def generate(
     if new and new[-1] in stops:
         new, finish = new[:-1], "stop_token"
     data = decode(new) if new else b""
-    return {
-        "ids": new,
-        "bytes": data.hex(),
-        "text": data.decode("utf-8", errors="replace"),
-        "finish_reason": finish,
-        "steps": steps,
-    }
+    return generation(new, data, finish, steps)

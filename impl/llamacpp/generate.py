@@ -42,6 +42,17 @@ def top_logits(logits: np.ndarray, n: int) -> list[list[Any]]:
     return [[int(i), float(logits[i])] for i in order]
 
 
+def generation(ids: list[int], data: bytes, finish: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """A greedy run's answer as PROTOCOL.md's generate result (the references' shared form)."""
+    return {
+        "ids": ids,
+        "bytes": data.hex(),
+        "text": data.decode("utf-8", errors="replace"),
+        "finish_reason": finish,
+        "steps": steps,
+    }
+
+
 def generate(llm: Any, prompt: Sequence[int], params: Mapping[str, Any]) -> dict[str, Any]:
     import llama_cpp
 
@@ -62,10 +73,4 @@ def generate(llm: Any, prompt: Sequence[int], params: Mapping[str, Any]) -> dict
         ids.append(token)
         llm.eval([token])
     data = llm.detokenize(ids) if ids else b""
-    return {
-        "ids": ids,
-        "bytes": data.hex(),
-        "text": data.decode("utf-8", errors="replace"),
-        "finish_reason": finish,
-        "steps": steps,
-    }
+    return generation(ids, data, finish, steps)

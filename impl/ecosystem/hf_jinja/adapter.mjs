@@ -1,13 +1,12 @@
 // @huggingface/jinja (the Jinja of transformers.js) as a specgate `cmd:` engine speaking
 // PROTOCOL.md (`specgate-jsonl/1`): stages `render` (the GGUF's own chat template) and
-// `render_template`. Standalone: node builtins and @huggingface/jinja only.
+// `render_template`. Standalone: node builtins, @huggingface/jinja and the shared loop ../jsonl.mjs only.
 //
 //     node impl/ecosystem/hf_jinja/adapter.mjs
 
 import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { Template } from "@huggingface/jinja";
+import { Refusal, packageVersion, serve } from "../jsonl.mjs";
 
 // ---- GGUF key-value section -------------------------------------------------------------
 // Read through a file descriptor in growing chunks, so a weights file of gigabytes costs
@@ -115,9 +114,6 @@ function readGgufMetadata(path) {
 
 // ---- the protocol's values --------------------------------------------------------------
 
-/** A stated limitation: answered as an `unsupported` error (the gate's "refused"). */
-class Refusal extends Error {}
-
 /** Undo PROTOCOL.md section 5's encodings in a request. JavaScript objects have only string
  * keys and the library has no bytes type, so `$dict` and `$bytes` are refused, never coerced. */
 function decoded(value) {
@@ -222,50 +218,13 @@ function renderTemplate(request) {
   return renderSource(request.template, decoded(request.context ?? {}));
 }
 
-// ---- the protocol loop --------------------------------------------------------------------
+// ---- the protocol loop (../jsonl.mjs) ------------------------------------------------------
 
-const HANDLERS = { render, render_template: renderTemplate };
-
-function libraryVersion() {
-  const entry = fileURLToPath(import.meta.resolve("@huggingface/jinja"));
-  return JSON.parse(readFileSync(new URL("../package.json", `file://${entry}`), "utf8")).version;
-}
-
-function answer(request) {
-  const handler = HANDLERS[request.op];
-  if (handler === undefined) {
-    return { id: request.id, error: { type: "bad_request", message: `unknown op ${JSON.stringify(request.op)}` } };
-  }
-  try {
-    return { id: request.id, result: handler(request) };
-  } catch (error) {
-    if (error instanceof Refusal) return { id: request.id, error: { type: "unsupported", message: error.message } };
-    process.stderr.write(`${error.stack}\n`);
-    return { id: request.id, error: { type: "engine", message: `${error.name}: ${error.message}` } };
-  }
-}
-
-function write(message) {
-  process.stdout.write(`${JSON.stringify(message)}\n`);
-}
-
-write({
-  protocol: "specgate-jsonl/1",
-  engine: "@huggingface/jinja",
-  version: libraryVersion(),
-  capabilities: ["render"],
-});
-const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
-for await (const line of lines) {
-  if (!line.trim()) continue;
-  let request;
-  try {
-    request = JSON.parse(line);
-  } catch (error) {
-    write({ id: null, error: { type: "bad_request", message: `not JSON: ${error.message}` } });
-    continue;
-  }
-  if (request.op === "shutdown") break;
-  write(answer(request));
-}
-process.exit(0);
+await serve(
+  {
+    engine: "@huggingface/jinja",
+    version: packageVersion(import.meta.resolve("@huggingface/jinja")),
+    capabilities: ["render"],
+  },
+  { render, render_template: renderTemplate },
+);

@@ -1,7 +1,7 @@
 // @huggingface/tokenizers (tokenizers.js, pure JavaScript) as a specgate `cmd:` engine speaking
 // PROTOCOL.md (`specgate-jsonl/1`): stages split, encode and decode on the tokenizer files
-// `specgate models export` writes to $SPECGATE_EXPORT_DIR/<model id>/. Standalone: node builtins
-// and @huggingface/tokenizers only.
+// `specgate models export` writes to $SPECGATE_EXPORT_DIR/<model id>/. Standalone: node builtins,
+// @huggingface/tokenizers and the shared loop ../jsonl.mjs only.
 //
 //     SPECGATE_EXPORT_DIR=DIR node impl/ecosystem/hf_tokenizers/adapter.mjs
 //
@@ -15,15 +15,8 @@
 
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { SplitPreTokenizer, Tokenizer } from "@huggingface/tokenizers";
-
-/** A stated limitation: answered as an `unsupported` error (the gate's "refused"). */
-class Refusal extends Error {}
-
-/** A request the adapter cannot serve because its setup is missing: a `bad_request`. */
-class SetupError extends Error {}
+import { Refusal, SetupError, packageVersion, serve } from "../jsonl.mjs";
 
 // ---- loading a model's exported tokenizer files -----------------------------------------
 
@@ -86,51 +79,13 @@ function decode(request) {
   return { $bytes: Buffer.from(text, "utf8").toString("base64") };
 }
 
-// ---- the protocol loop --------------------------------------------------------------------
+// ---- the protocol loop (../jsonl.mjs) ------------------------------------------------------
 
-const HANDLERS = { split, encode, decode };
-
-function libraryVersion() {
-  const entry = fileURLToPath(import.meta.resolve("@huggingface/tokenizers"));
-  return JSON.parse(readFileSync(new URL("../package.json", `file://${entry}`), "utf8")).version;
-}
-
-function answer(request) {
-  const handler = HANDLERS[request.op];
-  if (handler === undefined) {
-    return { id: request.id, error: { type: "bad_request", message: `unknown op ${JSON.stringify(request.op)}` } };
-  }
-  try {
-    return { id: request.id, result: handler(request) };
-  } catch (error) {
-    if (error instanceof Refusal) return { id: request.id, error: { type: "unsupported", message: error.message } };
-    if (error instanceof SetupError) return { id: request.id, error: { type: "bad_request", message: error.message } };
-    process.stderr.write(`${error.stack}\n`);
-    return { id: request.id, error: { type: "engine", message: `${error.name}: ${error.message}` } };
-  }
-}
-
-function write(message) {
-  process.stdout.write(`${JSON.stringify(message)}\n`);
-}
-
-write({
-  protocol: "specgate-jsonl/1",
-  engine: "@huggingface/tokenizers",
-  version: libraryVersion(),
-  capabilities: ["split", "encode", "decode"],
-});
-const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
-for await (const line of lines) {
-  if (!line.trim()) continue;
-  let request;
-  try {
-    request = JSON.parse(line);
-  } catch (error) {
-    write({ id: null, error: { type: "bad_request", message: `not JSON: ${error.message}` } });
-    continue;
-  }
-  if (request.op === "shutdown") break;
-  write(answer(request));
-}
-process.exit(0);
+await serve(
+  {
+    engine: "@huggingface/tokenizers",
+    version: packageVersion(import.meta.resolve("@huggingface/tokenizers")),
+    capabilities: ["split", "encode", "decode"],
+  },
+  { split, encode, decode },
+);

@@ -9,14 +9,9 @@
 //     node impl/ecosystem/hf_tokenizers/confirm.mjs
 
 import { existsSync, readFileSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
-
-function modelDir(modelId) {
-  const cache = process.env.SPECGATE_CACHE ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "specgate");
-  return join(cache, "models", modelId);
-}
+import { modelDir, reportDivergences } from "../divergences.mjs";
 
 function loadTokenizer(dir) {
   const files = ["tokenizer.json", "tokenizer_config.json"].map((name) => join(dir, name));
@@ -67,11 +62,4 @@ const DIVERGENCES = [
   },
 ];
 
-let allReproduce = true;
-for (const { name, got, reference } of DIVERGENCES) {
-  const engine = got();
-  const reproduces = engine !== reference;
-  allReproduce &&= reproduces;
-  console.log(`${reproduces ? "REPRODUCES" : "GONE"}: ${name}: engine ${JSON.stringify(engine)}, reference ${JSON.stringify(reference)}`);
-}
-process.exit(allReproduce ? 0 : 1);
+reportDivergences(DIVERGENCES);

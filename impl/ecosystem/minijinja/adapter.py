@@ -1,7 +1,8 @@
 """specgate adapter for the PyPI `minijinja` package (the Python binding of the Rust
 MiniJinja engine): a `cmd:` engine speaking `specgate-jsonl/1` (PROTOCOL.md) over stdio.
 
-Standalone on purpose: stdlib + `minijinja` only. The chat template and the special
+Standalone on purpose: stdlib + `minijinja` only (and the shared loop
+`../jsonl_engine.py`, stdlib itself). The chat template and the special
 tokens come from the GGUF's key-value header, read by the small reader below.
 
 The environment is built from minijinja's public API only: `trim_blocks`,
@@ -28,6 +29,11 @@ from typing import Any, BinaryIO
 
 import minijinja
 
+# The adapter runs as a script: its parent folder (impl/ecosystem/) holds the shared
+# specgate-jsonl/1 loop, jsonl_engine.py (stdlib only).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from jsonl_engine import BadRequest, Refusal, serve
+
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 SPECIAL_TOKEN_KEYS = {
     "bos_token": "tokenizer.ggml.bos_token_id",
@@ -35,14 +41,6 @@ SPECIAL_TOKEN_KEYS = {
     "unk_token": "tokenizer.ggml.unknown_token_id",
     "pad_token": "tokenizer.ggml.padding_token_id",
 }
-
-
-class Refusal(Exception):
-    """A stated limitation: answered as an `unsupported` error."""
-
-
-class BadRequest(Exception):
-    """The request does not follow PROTOCOL.md: answered as a `bad_request` error."""
 
 
 # --- a stdlib reader of the GGUF key-value header -------------------------------------------
@@ -208,44 +206,13 @@ def _hashable(key: Any) -> Any:
     return tuple(_hashable(k) for k in key) if isinstance(key, list) else key
 
 
-def answer(request: dict[str, Any]) -> dict[str, Any]:
-    handler = HANDLERS.get(request.get("op"))
-    try:
-        if handler is None:
-            raise BadRequest(f"unknown op {request.get('op')!r}")
-        return {"result": handler(from_wire(request))}
-    except Refusal as exc:
-        return {"error": {"type": "unsupported", "message": str(exc)}}
-    except BadRequest as exc:
-        return {"error": {"type": "bad_request", "message": str(exc)}}
-    except KeyError as exc:
-        return {"error": {"type": "bad_request", "message": f"the request lacks the field {exc}"}}
-    except Exception as exc:  # the engine failed on this input
-        return {"error": {"type": "engine", "message": f"{type(exc).__name__}: {exc}"}}
-
-
-def serve() -> int:
-    hello = {
-        "protocol": "specgate-jsonl/1",
-        "engine": "minijinja",
-        "version": version("minijinja"),
-        "capabilities": ["render"],
-    }
-    print(json.dumps(hello), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as exc:
-            reply = {"id": None, "error": {"type": "bad_request", "message": f"not JSON: {exc}"}}
-        else:
-            if request.get("op") == "shutdown":
-                break
-            reply = {"id": request.get("id"), **answer(request)}
-        print(json.dumps(reply, ensure_ascii=False), flush=True)
-    return 0
+def main() -> int:
+    return serve(
+        {"engine": "minijinja", "version": version("minijinja"), "capabilities": ["render"]},
+        HANDLERS,
+        prepare=from_wire,
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(main())

@@ -11,8 +11,14 @@ The environment is the one the adapter builds: `trim_blocks`, `lstrip_blocks` an
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import minijinja
+
+# This runs as a script: its parent folder (impl/ecosystem/) holds the shared
+# report of the confirm scripts, divergences.py (stdlib only).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from divergences import report
 
 # (what, template, context, the reference's output). Every reference output is what
 # transformers 5.24.0 renders: `_compile_jinja_template(template).render(**context)`
@@ -45,19 +51,21 @@ DIVERGENCES = [
 ]
 
 
+def rendered(env: minijinja.Environment, template: str, context: dict) -> str:
+    """minijinja's output, or its error's first line."""
+    try:
+        return env.render_str(template, **context)
+    except minijinja.TemplateError as exc:
+        return f"TemplateError: {str(exc).splitlines()[0]}"
+
+
 def main() -> int:
     env = minijinja.Environment(trim_blocks=True, lstrip_blocks=True, pycompat=True)
-    still = True
-    for what, template, context, reference in DIVERGENCES:
-        try:
-            engine = env.render_str(template, **context)
-        except minijinja.TemplateError as exc:
-            engine = f"TemplateError: {str(exc).splitlines()[0]}"
-        reproduces = engine != reference
-        still &= reproduces
-        verdict = "REPRODUCES" if reproduces else "GONE"
-        print(f"{verdict}: {what}: minijinja {engine!r} vs transformers {reference!r}")
-    return 0 if still else 1
+    rows = (
+        (what, rendered(env, template, context), reference)
+        for what, template, context, reference in DIVERGENCES
+    )
+    return report(rows, "minijinja", "transformers")
 
 
 if __name__ == "__main__":

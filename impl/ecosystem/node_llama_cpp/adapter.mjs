@@ -1,6 +1,6 @@
 // node-llama-cpp (llama.cpp's Node.js binding) as a specgate `cmd:` engine speaking PROTOCOL.md
 // (`specgate-jsonl/1`): stages encode, decode, logits (top-k form, quantized class) and generate
-// (greedy). Standalone: node builtins and node-llama-cpp only; CPU only (`gpu: false`).
+// (greedy). Standalone: node builtins, node-llama-cpp and ../jsonl.mjs only; CPU only (`gpu: false`).
 //
 //     node impl/ecosystem/node_llama_cpp/adapter.mjs
 //
@@ -19,13 +19,8 @@
 //   random.Random, node-llama-cpp samples with llama.cpp's own RNG), and so are penalties other
 //   than neutral (this adapter does not map them onto the library's repeatPenalty option).
 
-import { readFileSync } from "node:fs";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel, readGgufFileInfo } from "node-llama-cpp";
-
-/** A stated limitation: answered as an `unsupported` error (the gate's "refused"). */
-class Refusal extends Error {}
+import { Refusal, packageVersion, serve } from "../jsonl.mjs";
 
 const CONTEXT_SIZE = 4096;
 // One evaluation thread: on this 2-core machine shared with other processes, llama.cpp's
@@ -212,51 +207,14 @@ async function generate(request) {
   return { ids: generated, bytes: bytes.toString("hex"), finish_reason: finishReason, text: bytes.toString("utf8") };
 }
 
-// ---- the protocol loop -----------------------------------------------------------------------
+// ---- the protocol loop (../jsonl.mjs) ------------------------------------------------------
 
-const HANDLERS = { encode, decode, logits, generate };
-
-function libraryVersion() {
-  const entry = fileURLToPath(import.meta.resolve("node-llama-cpp"));
-  return JSON.parse(readFileSync(new URL("../package.json", `file://${entry}`), "utf8")).version;
-}
-
-async function answer(request) {
-  const handler = HANDLERS[request.op];
-  if (handler === undefined) {
-    return { id: request.id, error: { type: "bad_request", message: `unknown op ${JSON.stringify(request.op)}` } };
-  }
-  try {
-    return { id: request.id, result: await handler(request) };
-  } catch (error) {
-    if (error instanceof Refusal) return { id: request.id, error: { type: "unsupported", message: error.message } };
-    process.stderr.write(`${error.stack}\n`);
-    return { id: request.id, error: { type: "engine", message: `${error.name}: ${error.message}` } };
-  }
-}
-
-function write(message) {
-  process.stdout.write(`${JSON.stringify(message)}\n`);
-}
-
-write({
-  protocol: "specgate-jsonl/1",
-  engine: "node-llama-cpp",
-  version: libraryVersion(),
-  capabilities: ["encode", "decode", "logits", "generate"],
-  classes: ["quantized"],
-});
-const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
-for await (const line of lines) {
-  if (!line.trim()) continue;
-  let request;
-  try {
-    request = JSON.parse(line);
-  } catch (error) {
-    write({ id: null, error: { type: "bad_request", message: `not JSON: ${error.message}` } });
-    continue;
-  }
-  if (request.op === "shutdown") break;
-  write(await answer(request));
-}
-process.exit(0);
+await serve(
+  {
+    engine: "node-llama-cpp",
+    version: packageVersion(import.meta.resolve("node-llama-cpp")),
+    capabilities: ["encode", "decode", "logits", "generate"],
+    classes: ["quantized"],
+  },
+  { encode, decode, logits, generate },
+);

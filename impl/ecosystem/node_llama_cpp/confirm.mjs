@@ -10,17 +10,16 @@
 
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { modelDir, reportDivergences } from "../divergences.mjs";
 
 const MODEL_ID = "qwen2.5-coder-0.5b-instruct";
 const CHILD_FLAG = "--decode-in-child";
 
 function ggufPath() {
-  const cache = process.env.SPECGATE_CACHE ?? join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "specgate");
-  return join(cache, "models", MODEL_ID, `${MODEL_ID}.gguf`);
+  return join(modelDir(MODEL_ID), `${MODEL_ID}.gguf`);
 }
 
 async function vocabulary(path) {
@@ -73,11 +72,4 @@ const DIVERGENCES = [
   },
 ];
 
-let allReproduce = true;
-for (const { name, got, reference } of DIVERGENCES) {
-  const engine = got();
-  const reproduces = engine !== reference;
-  allReproduce &&= reproduces;
-  console.log(`${reproduces ? "REPRODUCES" : "GONE"}: ${name}: engine ${JSON.stringify(engine)}, reference ${JSON.stringify(reference)}`);
-}
-process.exit(allReproduce ? 0 : 1);
+reportDivergences(DIVERGENCES);

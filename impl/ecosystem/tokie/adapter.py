@@ -1,7 +1,8 @@
 """specgate adapter for the PyPI `tokie` package (a Rust BPE/WordPiece/Unigram
 tokenizer): a `cmd:` engine speaking `specgate-jsonl/1` (PROTOCOL.md) over stdio.
 
-Standalone on purpose: stdlib + `tokie` only. tokie reads Hugging Face
+Standalone on purpose: stdlib + `tokie` only (and the shared loop `../jsonl_engine.py`,
+stdlib itself). tokie reads Hugging Face
 `tokenizer.json` files and has no GGUF reader, so the adapter loads
 `$SPECGATE_EXPORT_DIR/<model id>/tokenizer.json`, which the runner writes with
 `specgate models export` (PROTOCOL.md section 9).
@@ -22,7 +23,6 @@ What tokie's public API offers, and what the adapter therefore answers:
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sys
 from functools import cache
@@ -32,19 +32,10 @@ from typing import Any
 
 import tokie
 
-
-class Refusal(Exception):
-    """A stated limitation: answered as an `unsupported` error."""
-
-
-class BadRequest(Exception):
-    """The request does not follow PROTOCOL.md: answered as a `bad_request` error."""
-
-
-def is_rust_panic(exc: BaseException) -> bool:
-    """pyo3 raises a Rust panic as `pyo3_runtime.PanicException`, a BaseException
-    subclass that tokie does not export: recognized by its name."""
-    return type(exc).__name__ == "PanicException"
+# The adapter runs as a script: its parent folder (impl/ecosystem/) holds the shared
+# specgate-jsonl/1 loop, jsonl_engine.py (stdlib only).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from jsonl_engine import BadRequest, Refusal, serve
 
 
 @cache
@@ -75,49 +66,13 @@ HANDLERS = {"encode": encode, "decode": decode}
 # --- the specgate-jsonl/1 loop ----------------------------------------------------------------
 
 
-def answer(request: dict[str, Any]) -> dict[str, Any]:
-    handler = HANDLERS.get(request.get("op"))
-    try:
-        if handler is None:
-            raise BadRequest(f"unknown op {request.get('op')!r}")
-        return {"result": handler(request)}
-    except Refusal as exc:
-        return {"error": {"type": "unsupported", "message": str(exc)}}
-    except BadRequest as exc:
-        return {"error": {"type": "bad_request", "message": str(exc)}}
-    except KeyError as exc:
-        return {"error": {"type": "bad_request", "message": f"the request lacks the field {exc}"}}
-    except Exception as exc:  # tokie failed on this input
-        return {"error": {"type": "engine", "message": f"{type(exc).__name__}: {exc}"}}
-    except BaseException as exc:
-        if not is_rust_panic(exc):
-            raise
-        first_line = (str(exc).splitlines() or [""])[0]
-        return {"error": {"type": "engine", "message": f"tokie panicked (Rust panic): {first_line}"}}
-
-
-def serve() -> int:
-    hello = {
-        "protocol": "specgate-jsonl/1",
-        "engine": "tokie",
-        "version": version("tokie"),
-        "capabilities": ["encode", "decode"],
-    }
-    print(json.dumps(hello), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            request = json.loads(line)
-        except ValueError as exc:
-            reply = {"id": None, "error": {"type": "bad_request", "message": f"not JSON: {exc}"}}
-        else:
-            if request.get("op") == "shutdown":
-                break
-            reply = {"id": request.get("id"), **answer(request)}
-        print(json.dumps(reply, ensure_ascii=False), flush=True)
-    return 0
+def main() -> int:
+    return serve(
+        {"engine": "tokie", "version": version("tokie"), "capabilities": ["encode", "decode"]},
+        HANDLERS,
+        panics_of="tokie",
+    )
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(main())

@@ -17,6 +17,11 @@ from typing import Any
 
 import tokie
 
+# This runs as a script: its parent folder (impl/ecosystem/) holds the shared
+# report of the confirm scripts, divergences.py (stdlib only).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from divergences import report
+
 DEFAULT_TOKENIZER = Path.home() / ".cache/specgate/models/qwen3-vocab/tokenizer.json"
 
 
@@ -68,13 +73,7 @@ def main(argv: list[str]) -> int:
         print(f"confirm tokie: missing {path} (Qwen3's tokenizer.json)")
         return 2
     tok = tokie.Tokenizer.from_json(str(path))
-    still = True
-    for what, engine, reference in divergences(tok):
-        reproduces = engine != reference
-        still &= reproduces
-        verdict = "REPRODUCES" if reproduces else "GONE"
-        print(f"{verdict}: {what}: tokie {engine!r} vs reference {reference!r}")
-    return 0 if still else 1
+    return report(divergences(tok), "tokie", "reference")
 
 
 if __name__ == "__main__":
