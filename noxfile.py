@@ -2,7 +2,7 @@
 
 The references are locked: every session that installs them does so with
 ``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
-llama-cpp-python, tiktoken, regex, jinja2, gguf, numpy, torch, syrupy, hypothesis,
+llama-cpp-python, tiktoken, regex, jinja2, gguf, numpy, torch, hypothesis,
 pytest and the dependencies that shape their behaviour) and prints the locked vs
 installed versions (``python -m specgate.lock``). ``references-latest`` is the one
 session that tries the newest releases instead, to report what a bump would change.

@@ -4,7 +4,7 @@ The snapshots are only as trustworthy as the references that wrote them. The loc
 names the exact release of every reference (transformers, tokenizers, llama.cpp
 through llama-cpp-python, tiktoken, CPython ``regex``) and of every library whose
 behaviour the oracle mirrors (jinja2, gguf, numpy, torch) or that the suite
-depends on (syrupy, hypothesis, pytest). The nox sessions install with
+depends on (hypothesis, pytest). The nox sessions install with
 ``-c constraints/references.txt``, so a fresh clone checks against exactly what the
 snapshots were recorded with; ``nox -s references-latest`` tries the newest
 releases instead and reports the drift.

@@ -25,7 +25,6 @@ MUST_BE_LOCKED = (
     "regex",
     "gguf",
     "numpy",
-    "syrupy",
     "hypothesis",
     "pytest",
 )

@@ -31,7 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default="reports", help="report directory (default reports)")
     s.add_argument("--db", help="hypothesis example database (default <out>/search-db): resumes from it")
-    s.add_argument("--max-memory", type=float, default=6000.0, help="MB of resident memory (default 6000)")
+    s.add_argument(
+        "--max-memory",
+        type=float,
+        default=6000.0,
+        help="MB of resident memory the search may add to its process (default 6000)",
+    )
     s.add_argument("--save-to", choices=["corpus"], help="turn reproducers into corpus cases")
     s.add_argument("--from", dest="from_file", help="with --save-to: the reproducer file to save")
     s.set_defaults(func=main)

@@ -13,8 +13,9 @@ root cause (the triage signature).
   shrinks the smallest input further (``specgate.search.minimize``).
 * **Resuming.** Failing examples are saved in hypothesis' example database (a
   directory); the first round of a later run replays them first.
-* **Bounds.** Wall time (``deadline``), and the search's own resident memory: past
-  ``max_rss_mb`` the stage stops, saying so.
+* **Bounds.** Wall time (``deadline``), and the resident memory the search adds to
+  its process (measured from the stage's start, so a search run inside a large test
+  process is bounded by what it adds): past ``max_rss_mb`` the stage stops, saying so.
 """
 
 from __future__ import annotations
@@ -178,6 +179,7 @@ def search_stage(
 
     run = StageRun(stage.name, model_id)
     start = clock()
+    resident_before = _rss_mb()  # the bound is on what the search adds, not on its host process
     strategy = stage.inputs(model, oracle)
     settled: set[str] = set()  # signatures shrunk in an earlier round: passing from then on
     shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
@@ -229,8 +231,8 @@ def search_stage(
         if now > deadline or now > shrink_until[0] or stopped[0]:
             return
         run.examples += 1
-        if run.examples % 50 == 0 and _rss_mb() > max_rss_mb:
-            stopped[0] = f"stopped: the search's resident memory passed {max_rss_mb:g} MB"
+        if run.examples % 50 == 0 and _rss_mb() - resident_before > max_rss_mb:
+            stopped[0] = f"stopped: the search's resident memory grew by more than {max_rss_mb:g} MB"
             return
         try:
             verdict = recheck(stage.gate_stage, engine, oracle, model, inp)
