@@ -47,8 +47,9 @@ SHRUNK_OUTCOMES = ("fail", "error")
 #: The stages a re-check can replay on a new input.
 REPLAYABLE = ("split", "encode", "decode", "render", "logits/exact", "logits/quantized")
 #: The stages a reproducer file can hold: the differential search (``specgate.search``)
-#: also writes sampler reproducers (a logit vector, parameters and r: no model).
-REPLAYABLE_FILES = (*REPLAYABLE, "sample")
+#: also writes sampler reproducers (a logit vector, parameters and r: no model) and generate
+#: reproducers (a prompt and greedy parameters with stop strings, judged in one class).
+REPLAYABLE_FILES = (*REPLAYABLE, "sample", "generate/exact", "generate/quantized")
 #: The pseudo model id of sampler reproducers (the sampler stage takes no model).
 SAMPLER_MODEL_ID = "sampler"
 DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
@@ -220,6 +221,8 @@ def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any
     try:
         if base == "logits":
             return _check_logits(engine, oracle, model, inp, conformance_class)
+        if base == "generate":
+            return _check_generate(engine, oracle, model, inp, conformance_class)
         return _CHECKS[base](engine, oracle, model, inp)
     except Refused as exc:
         return Verdict("refused", str(exc.msg))
@@ -338,6 +341,30 @@ def _check_sample(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
     failure = sample.compare(case, got)
     brief = lambda result: {"n": len(result["ids"]), "token": result.get("token")}  # noqa: E731
     return Verdict("fail" if failure else "pass", failure or "", brief(got), brief(expected))
+
+
+def _check_generate(
+    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
+) -> Verdict:
+    """A greedy generation with stop strings (``{"prompt", "params"}``), as the generate
+    gate judges a stop case (``specgate.checks.generate.check``) with the oracle's stream
+    as the reference: exact bytes, finish reason and id count where the streams agree,
+    the engine's stop logic replayed on its own tokens where they part at a near tie."""
+    from specgate.checks import generate
+    from specgate.gate import call, not_applicable
+
+    if conformance_class not in engine.classes:
+        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
+    ref = generate.well_formed(oracle.generate(model, inp["prompt"], {**inp["params"], "top_candidates": 2}))
+    got = generate.well_formed(call(engine, "generate", model, inp["prompt"], inp["params"]))
+    case = {
+        **inp,
+        "reference": {"ids": list(ref["ids"]), "margins": generate.margins(ref["steps"])},
+        "expected": {"bytes": ref["bytes"], "finish_reason": ref["finish_reason"], "n_ids": len(ref["ids"])},
+    }
+    failure, _ = generate.check(case, got, conformance_class, model)
+    brief = lambda r: {"bytes": r["bytes"], "finish_reason": r["finish_reason"], "ids": r["ids"]}  # noqa: E731
+    return Verdict("fail" if failure else "pass", failure or "", brief(got), brief(ref))
 
 
 #: A draw whose r lies this close to a cumulative-probability boundary is not compared.

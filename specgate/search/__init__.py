@@ -9,6 +9,7 @@ reproducer.
 | ``conversations`` | conversations (tools, reasoning, documents, kwargs) for render |
 | ``templates`` | small construct templates for render_template |
 | ``sampler`` | sampler parameters and logit windows for sample |
+| ``generation`` | prompts, greedy parameters and token-straddling stop strings for generate |
 | ``stages`` | per stage: strategy, default models, gate stage, judges |
 | ``run`` | the hypothesis rounds of one stage (seeded, budgeted, resumable) |
 | ``minimize`` | triage's ddmin after hypothesis' shrinking |

@@ -25,7 +25,11 @@ def csv(text: str) -> list[str]:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("search", help="differential search for an engine's divergences beyond the corpus")
     s.add_argument("--impl", help="the engine to search (any --impl form)")
-    s.add_argument("--stages", type=csv, help="comma-separated: split,encode,decode,render,template,sample")
+    s.add_argument(
+        "--stages",
+        type=csv,
+        help="comma-separated: split,encode,decode,render,template,sample,logits,generate",
+    )
     s.add_argument("--models", type=csv, help="models for the model stages (default: each stage's own)")
     s.add_argument("--budget", type=duration, default=600.0, help="wall time, e.g. 90s, 10m (default 10m)")
     s.add_argument("--seed", type=int, default=0)

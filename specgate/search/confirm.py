@@ -16,7 +16,9 @@ reference in the reference's seat). Then:
 * no reference of the stage can run here → ``unconfirmed``.
 
 The judges: CPython ``regex`` for split, llama.cpp and HF tokenizers for encode, llama.cpp
-for decode (HF decodes to ``str`` and cannot judge partial UTF-8), transformers for render and construct templates, llama.cpp's samplers in
+for decode (HF decodes to ``str`` and cannot judge partial UTF-8), transformers for render and construct templates,
+transformers' (exact) or llama.cpp's (quantized) greedy stream with the documented stop
+rule applied for generate (``StopRuleReference``), llama.cpp's samplers in
 the documented chain order for sample (which cannot judge a top-k tie: llama.cpp
 keeps exactly k).
 """
@@ -52,6 +54,40 @@ class DocumentedSampler(Engine):
             result["token"] = result["ids"][0]
         else:
             result["token"] = expected_draw(result["ids"], result["probs"], r)[0]
+        return result
+
+
+class StopRuleReference(Engine):
+    """A reference's greedy stream with stop strings applied by the documented rule
+    (PROTOCOL.md, as the recorded stop cases' known answers in
+    ``tests/references/test_generate.py``): the references generate greedily without
+    stop strings (neither llama.cpp's C API nor this transformers adapter matches them),
+    so the stream they generate is cut after the first token whose bytes complete a stop
+    string, where the earliest-starting stop string present then begins."""
+
+    is_reference = True
+
+    def __init__(self, reference: Engine) -> None:
+        self.reference = reference
+        self.name = f"{reference.name}+stop-rule"
+
+    def generate(self, model: Any, ids: Any, params: dict[str, Any]) -> dict[str, Any]:
+        stops = [s.encode("utf-8") for s in params.get("stop", []) if s]
+        result = self.reference.generate(model, ids, {k: v for k, v in params.items() if k != "stop"})
+        stream = b""
+        for n, token in enumerate(result["ids"]):
+            stream += self.reference.decode(model, [token])
+            starts = [i for s in stops if (i := stream.find(s)) >= 0]
+            if starts:
+                cut = stream[: min(starts)]
+                return {
+                    **result,
+                    "ids": result["ids"][: n + 1],
+                    "bytes": cut.hex(),
+                    "text": cut.decode("utf-8", "replace"),
+                    "finish_reason": "stop_string",
+                    "steps": result["steps"][: n + 1],
+                }
         return result
 
 
@@ -126,6 +162,8 @@ def confirm(
                 sides.append((False, False))
                 continue
             reference = DocumentedSampler()
+        if stage.gate_stage.startswith("generate/"):
+            reference = StopRuleReference(reference)
         try:
             with_oracle = recheck(stage.gate_stage, oracle, reference, model, inp)
             with_engine = recheck(stage.gate_stage, engine, reference, model, inp)

@@ -57,7 +57,8 @@ def save(data: dict[str, Any], corpus: Path = corpus_files.CORPUS) -> tuple[Path
         ), "nox -s snapshots -- tests/references/test_render.py"
     raise SaveError(
         f"a {stage} reproducer has no corpus file of its own (decode cases come from the texts, "
-        "sampler windows are hand-written TOML in corpus/sampler/windows.toml): add it by hand"
+        "sampler windows are hand-written TOML in corpus/sampler/windows.toml, generate stop cases are "
+        "derived from the prompts of corpus/stops/generate.toml): add it by hand"
     )
 
 

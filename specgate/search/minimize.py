@@ -1,7 +1,8 @@
 """After hypothesis: triage's delta debugging (``specgate.triage.shrink``) on the
 smallest input hypothesis found, keeping only variants that still diverge from
 the oracle with the same signature; sampler inputs are shrunk over their logit
-entries and penalty window the same way."""
+entries and penalty window the same way, generate inputs over their stop strings,
+the characters of each, and ``max_tokens``."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def minimize(
     try:
         if "logits" in inp:
             small = _shrink_sample(inp, diverges)
+        elif "prompt" in inp:
+            small = _shrink_generate(inp, diverges)
         else:
             small = _shrink_structure(inp, diverges)
             small = triage.shrink(small, diverges)
@@ -146,3 +149,28 @@ def _shrink_sample(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], boo
             return small
         small = with_window(triage.ddmin(window, lambda w: diverges(with_window(w))))
     return small
+
+
+def _shrink_generate(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Fewer stop strings, shorter stop strings (ddmin over their characters), then the
+    fewest ``max_tokens`` that still diverge (the prompt is a corpus prompt: kept)."""
+
+    def with_params(**changes: Any) -> dict[str, Any]:
+        return {**inp, "params": {**inp["params"], **changes}}
+
+    stops = list(inp["params"].get("stop", []))
+    if stops and not diverges(with_params(stop=[])):
+        stops = triage.ddmin(stops, lambda ss: diverges(with_params(stop=ss)))
+    else:
+        stops = []
+    for i in range(len(stops)):
+        chars = triage.ddmin(
+            list(stops[i]),
+            lambda cs, i=i: diverges(with_params(stop=[*stops[:i], "".join(cs), *stops[i + 1 :]])),
+        )
+        stops[i] = "".join(chars)
+    inp = with_params(stop=stops)
+    for max_tokens in range(1, inp["params"]["max_tokens"]):
+        if diverges(with_params(max_tokens=max_tokens)):
+            return with_params(max_tokens=max_tokens)
+    return inp

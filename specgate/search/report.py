@@ -68,7 +68,7 @@ def _reproducer(result: SearchResult, f: Finding, note: str) -> dict[str, Any]:
         "impl": result.impl,
         "group": f.group_id,
         "signature": c.signature,
-        "stage": "render" if c.stage == "template" else c.stage,
+        "stage": _file_stage(c.stage, f.confirmation),
         "model": c.model,
         "original_case": f"differential search, --seed {result.seed}, example {c.found_after}",
         "reference": "oracle",
@@ -87,6 +87,16 @@ def _reproducer(result: SearchResult, f: Finding, note: str) -> dict[str, Any]:
             "seconds": f.minimize_seconds,
         },
     }
+
+
+def _file_stage(stage: str, confirmation: confirming.Confirmation) -> str:
+    """The stage a reproducer file is replayed as: construct templates are render inputs;
+    a generate input is judged in the class its references judged it in."""
+    if stage == "template":
+        return "render"
+    if stage == "generate":
+        return "generate/quantized" if "llamacpp" in confirmation.judges else "generate/exact"
+    return stage
 
 
 def payload(result: SearchResult) -> dict[str, Any]:

@@ -47,6 +47,10 @@ def input_shape(inp: dict[str, Any], id_kind: Callable[[int], str] | None = None
         return " ".join(id_kind(i) for i in inp["ids"])
     if "template" in inp:
         return inp["template"]
+    if "prompt" in inp:
+        from specgate.search.generation import shape
+
+        return shape(inp)
     if "messages" in inp:
         fields = sorted({k for m in inp["messages"] if isinstance(m, dict) for k in m if k != "role"})
         return f"fields={'+'.join(fields)} kwargs={'+'.join(sorted(inp.get('kwargs', {})))}"

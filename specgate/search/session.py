@@ -13,7 +13,14 @@ from typing import Any
 
 from specgate.search import confirm as confirming
 from specgate.search.run import Candidate, StageRun, search_stage
-from specgate.search.stages import DEFAULT_STAGES, FORWARD_MODELS, QUANTIZED_LOGITS, STAGES, size
+from specgate.search.stages import (
+    DEFAULT_STAGES,
+    FORWARD_MODELS,
+    QUANTIZED_GENERATE,
+    QUANTIZED_LOGITS,
+    STAGES,
+    size,
+)
 
 #: Share of the budget spent searching; the rest minimizes and confirms.
 SEARCH_SHARE = 0.65
@@ -62,8 +69,8 @@ def plan(engine: Any, stages: list[str] | None, models: list[str] | None) -> lis
     pairs = []
     for name in names:
         stage = STAGES[name]
-        if name == "logits" and "exact" not in engine.classes:
-            stage = QUANTIZED_LOGITS
+        if name in ("logits", "generate") and "exact" not in engine.classes:
+            stage = QUANTIZED_LOGITS if name == "logits" else QUANTIZED_GENERATE
         if not engine.offers(stage.capability):
             continue
         chosen = _models_for(stage, models or [])

@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from specgate.search import conversations, sampler, templates, texts
+from specgate.search import conversations, generation, sampler, templates, texts
 
 
 @dataclass(frozen=True)
@@ -81,20 +81,28 @@ STAGES: dict[str, Stage] = {
         # logits: the engine's conformance class decides which (``session.plan``): exact is held to
         # transformers' f32 forward, quantized to llama.cpp, as in the logits gate.
         Stage("logits", "logits/exact", "logits", FORWARD_MODELS, ("hf",), _logits_inputs),
+        # generate: greedy streams with stop strings on a tiny model, judged per class as logits is;
+        # the references generate without stop strings, the documented stop rule is applied to
+        # their streams (``confirm.StopRuleReference``).
+        Stage("generate", "generate/exact", "generate", FORWARD_MODELS, ("hf",), generation.generate_inputs),
     )
 }
 QUANTIZED_LOGITS = Stage(
     "logits", "logits/quantized", "logits", FORWARD_MODELS, ("llamacpp",), _logits_inputs
 )
-#: ``--stages`` default: all but logits (a forward pass per example: asked for by name); generate is
-#: not searched (see README).
-DEFAULT_STAGES = tuple(name for name in STAGES if name != "logits")
+QUANTIZED_GENERATE = Stage(
+    "generate", "generate/quantized", "generate", FORWARD_MODELS, ("llamacpp",), generation.generate_inputs
+)
+#: ``--stages`` default: all but logits and generate (forward passes per example: asked for by name).
+DEFAULT_STAGES = tuple(name for name in STAGES if name not in ("logits", "generate"))
 
 
 def size(inp: dict[str, Any]) -> int:
     """How big an input is, in the units it is shrunk by (what a reproducer's size means)."""
     if "logits" in inp:
         return len(inp["logits"]["ids"]) + len(inp["params"].get("window", []))
+    if "prompt" in inp:
+        return generation.size(inp)
     from specgate.triage import size as triage_size
 
     return triage_size(inp)

@@ -57,13 +57,23 @@ MUTANT_CASES = [
     Mutant("tokenizer_no_lookahead", ("split", "encode"), {"split": 4, "encode": 4}),
     Mutant("template_swallow_chatml", ("render",), {"render": 3}),
     Mutant("sampler_top_p_ge", ("sample",), {"sample": 4}),
+    # a stop string straddling two tokens, cut out of the oracle's own continuation: a few characters
+    Mutant("stop_per_token", ("generate",), {"generate": 6}),
 ]
+
+
+def require_models(stages: tuple[str, ...]) -> None:
+    """The models a mutant's stages run on: the tokenizer vocabulary, a tiny float32 model."""
+    if set(stages) - {"generate", "logits"}:
+        require("qwen3-vocab")
+    if set(stages) & {"generate", "logits"} and "tiny-qwen2-f32" not in model_cache.cached_tiny_models():
+        model_missing("tiny-qwen2-f32; run: specgate models tiny")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANT_CASES, ids=[m.script for m in MUTANT_CASES])
 def test_search_finds_the_planted_defect(mutant: Mutant, tmp_path: Path) -> None:
-    require("qwen3-vocab")
+    require_models(mutant.stages)
     impl = script_impl(mutant.script)
     engine = resolve(impl)
     try:
@@ -78,6 +88,9 @@ def test_search_finds_the_planted_defect(mutant: Mutant, tmp_path: Path) -> None
         assert not result.by_verdict(confirm.ORACLE_BUG)
         for f in failures:
             assert size(f.input) <= mutant.found[f.candidate.stage], f.input
+            if f.candidate.stage == "generate":  # one or two stop strings, judged by transformers' stream
+                assert 1 <= len(f.input["params"]["stop"]) <= 2, f.input
+                assert f.confirmation.judges == {"hf": "agrees with the oracle"}, f.confirmation.judges
             data = triage.load_reproducer(f.reproducer_path)  # the parity run's reproducer format
             verdict, same = triage.replay(data, engine)
             assert verdict.outcome == "fail" and same, verdict.message
@@ -100,6 +113,37 @@ def test_the_oracle_over_cmd_shows_nothing(tmp_path: Path) -> None:
     assert all(r.examples > 20 for r in result.runs), [(r.stage, r.examples) for r in result.runs]
     assert result.findings == [], [f.candidate.signature for f in result.findings]
     assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
+
+
+@pytest.mark.slow
+def test_the_oracle_over_cmd_shows_nothing_in_generate(tmp_path: Path) -> None:
+    """The generate stage (asked for by name) in the mutants' budget: stop strings cut
+    across token boundaries of the oracle's own continuations find nothing on the oracle."""
+    require_models(("generate",))
+    impl = f"cmd:{sys.executable} -m specgate.cli engine --impl oracle"
+    engine = resolve(impl)
+    try:
+        result = run_search(
+            engine, impl, stages=["generate"], budget=BUDGET, seed=1, database=tmp_path / "db"
+        )
+    finally:
+        engine.close()
+    assert [r.stage for r in result.runs] == ["generate"]
+    assert all(r.examples > 20 for r in result.runs), [(r.stage, r.examples) for r in result.runs]
+    assert result.findings == [], [f.candidate.signature for f in result.findings]
+    assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
+
+
+def test_stop_strings_straddle_token_boundaries() -> None:
+    """The generate stage's stop strings: cut across each boundary of the continuation's
+    pieces (1-3 bytes a side, whole UTF-8 only), or inside one piece."""
+    from specgate.search.generation import inner_stops, straddling_stops
+
+    pieces = [b"ab", b"\xc3", b"\xa9d", b"e"]  # "é" split across two tokens
+    found = straddling_stops(pieces)
+    assert {"b\xe9", "\xe9", "\xe9d", "b\xe9d", "de", "\xe9de"} <= set(found)
+    assert "ab" not in found  # inside one piece: not a straddle
+    assert inner_stops(pieces) == ["ab", "a", "e"]
 
 
 class DigitGluingOracle(OracleEngine):
