@@ -124,6 +124,6 @@ def size(inp: dict[str, Any]) -> int:
 
 
 def shape(inp: dict[str, Any]) -> str:
-    """Variants of one generate signature: by the number of stop strings only (each
-    variant costs a minimization: one per stop-string count is plenty)."""
-    return f"{len(inp['params'].get('stop', []))} stop string(s)"
+    """A generate input's shape: one for all (the search keeps no variants of a generate
+    signature: the prompts are the corpus's, the stop strings minimized to a few characters)."""
+    return "greedy with stop strings"

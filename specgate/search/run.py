@@ -213,6 +213,8 @@ def search_stage(
         """A settled signature's new failing input, minimized: a new variant if its shape is new."""
         if len(shapes[sig]) >= MAX_VARIANTS or tries.get(sig, 0) >= VARIANT_TRIES:
             return
+        if stage.name == "generate":  # its prompts are the corpus's: one reproducer per signature
+            return
         tries[sig] = tries.get(sig, 0) + 1
         small = minimized(inp, sig)
         shape = input_shape(small, id_kind)

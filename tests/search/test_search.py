@@ -134,6 +134,47 @@ def test_the_oracle_over_cmd_shows_nothing_in_generate(tmp_path: Path) -> None:
     assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
 
 
+class PerTokenStopOracle(OracleEngine):
+    """A deliberately broken stand-in for the live oracle: its generate matches stop
+    strings inside each token's piece only (the stop_per_token mutant's defect)."""
+
+    def generate(self, model, ids, params):  # type: ignore[no-untyped-def]
+        stops = [s.encode("utf-8") for s in params.get("stop", []) if s]
+        result = super().generate(model, ids, {**params, "stop": []})
+        stream = b""
+        for n, token in enumerate(result["ids"]):
+            piece = self.decode(model, [token])
+            hits = [len(stream) + i for s in stops if (i := piece.find(s)) >= 0]
+            stream += piece
+            if hits:
+                cut = stream[: min(hits)]
+                return {
+                    **result,
+                    **{
+                        "ids": result["ids"][: n + 1],
+                        "bytes": cut.hex(),
+                        "text": cut.decode("utf-8", "replace"),
+                    },
+                    **{"chunks": [cut.hex()] if cut else [], "finish_reason": "stop_string"},
+                    "steps": result["steps"][: n + 1],
+                }
+        return result
+
+
+@pytest.mark.slow
+def test_a_generate_oracle_mistake_is_an_oracle_bug(tmp_path: Path) -> None:
+    """Generate divergences are judged by transformers' greedy stream with the documented
+    stop rule applied: against an oracle that misses straddling stop strings, the correct
+    engine is sided with, and every finding is an oracle bug."""
+    require_models(("generate",))
+    result = run_search(
+        OracleEngine(), "oracle", stages=["generate"], budget=16, seed=1, oracle=PerTokenStopOracle()
+    )
+    assert result.findings, "the search did not reach a straddling stop string"
+    assert {f.confirmation.verdict for f in result.findings} == {confirm.ORACLE_BUG}
+    assert all(f.confirmation.judges == {"hf": "agrees with the engine"} for f in result.findings)
+
+
 def test_stop_strings_straddle_token_boundaries() -> None:
     """The generate stage's stop strings: cut across each boundary of the continuation's
     pieces (1-3 bytes a side, whole UTF-8 only), or inside one piece."""
