@@ -14,6 +14,15 @@ byte counts as a one-byte sequence, so the holdback can never stall on garbage.
 from __future__ import annotations
 
 
+def is_utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8 as a whole (a token piece may not be)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def sequence_length(lead: int) -> int:
     """Length in bytes of the UTF-8 sequence that starts with byte ``lead``."""
     if lead & 0xF8 == 0xF0:

@@ -303,12 +303,7 @@ def wait_for_port(proc: subprocess.Popen[Any], port: int, log: Path, deadline: f
 
 def stop(proc: subprocess.Popen[Any]) -> None:
     """SIGTERM the process group, then SIGKILL what is left after 10 s."""
-    lifeline.kill_group(proc, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        lifeline.kill_group(proc)
-        proc.wait()
+    lifeline.stop_group(proc, grace=10)
 
 
 def log_tail(log: Path) -> str:

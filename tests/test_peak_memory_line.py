@@ -21,12 +21,18 @@ def test_child_holds_memory():
 """
 
 
-def test_the_run_prints_its_own_and_its_largest_childs_peak(tmp_path):
-    (tmp_path / "test_child.py").write_text(TEST, encoding="utf-8")
+def run_pytest_on(tmp_path, name: str, source: str):
+    """A pytest run, with this project's conftest, of one test file holding ``source``."""
+    (tmp_path / name).write_text(source, encoding="utf-8")
     cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", str(tmp_path)]
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc
+
+
+def test_the_run_prints_its_own_and_its_largest_childs_peak(tmp_path):
+    proc = run_pytest_on(tmp_path, "test_child.py", TEST)
     match = re.search(r"peak memory: pytest ([\d.]+) GB, largest child ([\d.]+) GB \(max RSS\)", proc.stdout)
     assert match, proc.stdout[-2000:]
     own, child = map(float, match.groups())
@@ -53,11 +59,7 @@ def test_the_run_names_the_test_that_reached_the_highest_peak(tmp_path):
     """The per-test peak resets the kernel's high-water mark before each test, so the
     large test is named even though the memory is freed before the next one starts, and
     the session's peak still counts it."""
-    (tmp_path / "test_peaks.py").write_text(TESTS_IN_PROCESS, encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", str(tmp_path)]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    proc = run_pytest_on(tmp_path, "test_peaks.py", TESTS_IN_PROCESS)
     session = re.search(r"peak memory: pytest ([\d.]+) GB", proc.stdout)
     ranked = re.findall(r"^\s+([\d.]+) GB  (\S+)$", proc.stdout, re.M)
     assert session and ranked, proc.stdout[-2000:]

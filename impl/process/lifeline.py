@@ -86,3 +86,13 @@ def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
+
+
+def stop_group(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after ``grace`` seconds."""
+    kill_group(proc, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        proc.wait()

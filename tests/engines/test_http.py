@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import pytest
 from impl.http.engine import HttpEngine
 from impl.process import lifeline
 from impl.protocol import EngineError, ModelRef, Unsupported
+from oracle.utf8 import is_utf8
 from specgate import models as model_cache
 from specgate.plugin import model_missing
 
@@ -92,12 +92,7 @@ def server(model: ModelRef, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                 time.sleep(0.5)
         yield url
     finally:
-        lifeline.kill_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            lifeline.kill_group(proc)
-            proc.wait()
+        lifeline.stop_group(proc, grace=15)
 
 
 @pytest.fixture(scope="session")
@@ -141,20 +136,12 @@ def test_encode_decode_match_llama_cpp_in_process(
     assert engine.decode(model, ids) == local.detokenize(ids)
 
 
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 def test_what_the_server_cannot_say_is_declined_with_the_reason(
     engine: HttpEngine, local, model: ModelRef
 ) -> None:
     with pytest.raises(Unsupported, match="always parses special tokens"):
         engine.encode(model, "<|im_start|>", parse_special=False)
-    split_char = next(i for i in range(local.n_vocab()) if not _is_utf8(local.detokenize([i])))
+    split_char = next(i for i in range(local.n_vocab()) if not is_utf8(local.detokenize([i])))
     with pytest.raises(Unsupported, match="not valid UTF-8"):
         engine.decode(model, [split_char])
     other = ModelRef("someone-else", Path("/models/other.gguf"), "0" * 64)

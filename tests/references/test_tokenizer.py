@@ -27,6 +27,7 @@ import pytest
 from impl.llamacpp import tokenizer as llamacpp_tokenizer
 from impl.protocol import Unsupported
 from impl.text.engines import RegexSplitter
+from oracle.utf8 import is_utf8
 from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
 from specgate.corpus import MODES, TOKENIZER_MODELS, decode_cases, tokenizer_texts
@@ -228,7 +229,7 @@ def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> 
             ids.append(unused[0] if text == "first" else unused[-1])
         else:
             whole = llamacpp_tokenizer.encode(llm, text, False)
-            split_inside = len(whole) > 1 and not _is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
+            split_inside = len(whole) > 1 and not is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
             if not split_inside and not strict:
                 return None
             assert split_inside, (
@@ -236,14 +237,6 @@ def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> 
             )
             ids += whole[:1] if kind == "head" else whole[1:]
     return ids
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def test_record_decode(request, reference, model_id, model):
