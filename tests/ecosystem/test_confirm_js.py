@@ -5,7 +5,8 @@ only when every divergence listed there is still there (1 when one is gone: the 
 the table's root causes must be looked at again; 2 when a model file it needs is not cached).
 
 The npm packages are installed by the ``ecosystem`` session (``npm ci`` in each folder); without
-``node_modules`` the test is skipped with the command that installs them.
+``node_modules`` the test is skipped with the command that installs them (a failure under
+``--live-references``: the tests session installs them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ecosystem.engines import engine_unavailable
+
 ECOSYSTEM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem"
 JS_ENGINES = ["hf_jinja", "hf_tokenizers", "node_llama_cpp"]
 MISSING_MODEL = 2
@@ -24,13 +27,15 @@ TIMEOUT_SECONDS = 900  # node_llama_cpp loads the 0.5B model and generates on a 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", JS_ENGINES)
-def test_confirm_reproduces(engine: str) -> None:
+def test_confirm_reproduces(engine: str, request: pytest.FixtureRequest) -> None:
     folder = ECOSYSTEM / engine
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed (Node 20 runs the JavaScript engines)")
+        engine_unavailable(request.config, "node is not installed (Node 20 runs the JavaScript engines)")
     if not (folder / "node_modules").is_dir():
-        pytest.skip(f"{engine}: node_modules is not installed (run `npm ci` in {folder})")
+        engine_unavailable(
+            request.config, f"{engine}: node_modules is not installed (run `npm ci` in {folder})"
+        )
     run = subprocess.run(
         [node, str(folder / "confirm.mjs")],
         cwd=folder,
@@ -40,7 +45,9 @@ def test_confirm_reproduces(engine: str) -> None:
         check=False,
     )
     if run.returncode == MISSING_MODEL:
-        pytest.skip(f"{engine}: {run.stdout.strip()}")
+        engine_unavailable(
+            request.config, f"{engine}: a model file confirm.mjs needs is not cached: {run.stdout.strip()}"
+        )
     assert run.returncode == 0, (
         f"{engine}/confirm.mjs exit {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     )

@@ -6,16 +6,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.ecosystem.engines import engine_unavailable
 
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "minijinja" / "confirm.py"
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("minijinja") is None,
-    reason="the minijinja package is not installed (the ecosystem session installs it: pip install minijinja==3.0.5)",
-)
-def test_minijinja_divergences_reproduce():
+def test_minijinja_divergences_reproduce(request):
+    if importlib.util.find_spec("minijinja") is None:
+        engine_unavailable(
+            request.config, "the minijinja package is not installed (pip install minijinja==3.0.5)"
+        )
     run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
     assert run.stdout.count("REPRODUCES") == 4, run.stdout

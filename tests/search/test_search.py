@@ -367,7 +367,7 @@ def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> Non
     try:
         engine = refs.get("llamacpp")  # an engine with llama.cpp's tables: both references side with it
         if isinstance(engine, str):
-            pytest.skip(engine)
+            pytest.skip(f"the llama.cpp reference is not available: {engine}")
         verdict = confirm.confirm(STAGES["encode"], model, inp, engine, OracleEngine(), refs)
     finally:
         refs.close()
