@@ -1,4 +1,5 @@
-"""nox sessions: tests, parity, search, snapshots, models, references-latest, ecosystem, lint.
+"""nox sessions: tests (the fast tier), live (the slow tier), parity, search, snapshots,
+models, references-latest, ecosystem, lint.
 
 The references are locked: every session that installs them does so with
 ``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
@@ -79,15 +80,35 @@ def fetch_models(session: nox.Session, tiny: bool) -> None:
         session.run("specgate", "models", "tiny")
 
 
+#: The project's own suite in two tiers, as pytest marker expressions; every test is in
+#: exactly one. ``live`` marks a test that runs a live reference (transformers,
+#: llama.cpp, tiktoken) or a third-party engine (conftest.py marks every test that asks
+#: for a reference), ``slow`` one that takes more than a few seconds.
+FAST_TIER = "not live and not slow"
+LIVE_TIER = "live or slow"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The project's own tests: oracle unit/property tests, live references, gates."""
+    """The fast tier, run after every change: the oracle's unit, property and mutation
+    tests, every gate against the committed snapshots, the adapters, reports and CLI."""
+    install(session, "dev")
+    fetch_models(session, tiny=True)
+    # The ten slowest tests close the log: the suite's own profile, run after run.
+    session.run("pytest", "-m", FAST_TIER, "--live-references", "--durations=10", *session.posargs)
+
+
+@nox.session
+def live(session: nox.Session) -> None:
+    """The slow tier (CI runs it after ``tests``): the snapshots re-checked against the live
+    references, the oracle against full-vocabulary transformers logits, the third-party
+    engines' CI samples and confirm scripts, the search, the out-of-process mutants and
+    the end-to-end runs (own GGUF, HTML report in a real browser)."""
     install(session, "dev")
     ensure_chromium(session)
     fetch_models(session, tiny=True)
     install_engines(session)
-    # The ten slowest tests close the log: the suite's own profile, run after run.
-    session.run("pytest", "--live-references", "--durations=10", *session.posargs)
+    session.run("pytest", "-m", LIVE_TIER, "--live-references", "--durations=10", *session.posargs)
 
 
 def install_engines(session: nox.Session) -> None:

@@ -63,6 +63,11 @@ def _load_forward_model(path: Path) -> Any:
     return Model.from_gguf(_gguf(path))
 
 
+def release_forward() -> None:
+    """Drop the loaded forward ``Model`` (its float32 weights); the next call loads it again."""
+    _forward_models.clear()
+
+
 def _forward_model(path: Path) -> Any:
     """The GGUF's one forward ``Model``, its KV cache emptied for a new sequence."""
     forward = _forward_models.get(path, _load_forward_model)
@@ -141,6 +146,9 @@ class OracleEngine(Engine):
         from oracle.sampler import sample
 
         return sample(logits, params, r)
+
+    def release_forward(self, model: ModelRef | None = None) -> None:
+        release_forward()
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         """The decode loop over the oracle's forward pass; stop tokens are eos and

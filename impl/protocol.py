@@ -127,6 +127,10 @@ class Engine:
     def close(self) -> None:
         """Release processes, servers or large weights the adapter holds."""
 
+    def release_forward(self, model: ModelRef | None = None) -> None:
+        """Drop the forward weights loaded for ``model`` (every model's when ``None``);
+        the next forward call loads them again. A session walking many models needs this."""
+
     def offers(self, capability: str) -> bool:
         return capability in self.capabilities
 

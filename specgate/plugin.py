@@ -317,7 +317,7 @@ def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def model_missing(reason: str) -> None:
-    """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests``,
+    """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests`` and ``live``,
     which fetches and generates every model first) that is a broken setup: fail.
     Otherwise (a partial local run) skip, saying which command provides it."""
     if running_session().live_references:

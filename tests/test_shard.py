@@ -117,6 +117,7 @@ def runs(tmp_path_factory):
     return whole_dir, shard_dir
 
 
+@pytest.mark.slow  # three parity runs (two shards and the whole)
 def test_merged_shards_equal_the_unsharded_run(runs, tmp_path, capsys):
     whole_dir, shard_dir = runs
     shard_files = sorted(shard_dir.glob("parity-*.json"))

@@ -109,9 +109,12 @@ class HFEngine(Engine):
         load = {"transformers": hf_forward.load_transformers_gguf, "dequantized": hf_forward.load_dequantized}
         return self._memo("forward", model, lambda: load[model.loader](model.gguf))
 
-    def release_forward(self, model: ModelRef) -> None:
-        """Drop ``model``'s transformers weights (a session walking many models needs this)."""
-        self._cache.pop(("forward", str(model.gguf)), None)
+    def release_forward(self, model: ModelRef | None = None) -> None:
+        """Drop ``model``'s transformers weights (every model's when ``None``)."""
+        for key in [
+            k for k in self._cache if k[0] == "forward" and (model is None or k[1] == str(model.gguf))
+        ]:
+            del self._cache[key]
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:

@@ -109,11 +109,11 @@ class LlamaCppEngine(Engine):
                 self._models.pop(other).close()
         return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
 
-    def release_forward(self, model: ModelRef) -> None:
-        """Close ``model``'s full-weights context: its logits buffer holds n_ctx × n_vocab floats."""
-        llm = self._models.pop((str(model.gguf), False), None)
-        if llm is not None:
-            llm.close()
+    def release_forward(self, model: ModelRef | None = None) -> None:
+        """Close ``model``'s full-weights context (every model's when ``None``): its logits
+        buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""
+        for key in [k for k in self._models if not k[1] and (model is None or k[0] == str(model.gguf))]:
+            self._models.pop(key).close()
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:

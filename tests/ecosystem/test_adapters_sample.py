@@ -3,7 +3,7 @@ one model (and its `[ci]` stages, when given), ``max_cases`` cases per stage (``
 (stage, model) row, deterministic) — in a subprocess pytest run, as the ecosystem
 session would. An adapter that rots (crashes at the handshake, speaks the wrong
 protocol, answers nothing but errors and refusals) fails here; an engine that is not
-installed fails with the installer's message (``nox -s tests`` installs them first,
+installed fails with the installer's message (``nox -s live`` installs them first,
 recording each outcome in ``reports/ecosystem-install.json``).
 
 The full table is ``nox -s ecosystem``'s job, not CI's.
@@ -27,7 +27,7 @@ ENGINES = ecosystem.discover()
 
 
 def installer_message(spec: ecosystem.EngineSpec) -> str:
-    """Why ``spec`` is not installed, as its installer said (``nox -s tests`` records it)."""
+    """Why ``spec`` is not installed, as its installer said (``nox -s live`` records it)."""
     try:
         recorded = json.loads(INSTALL_STATUS.read_text(encoding="utf-8")).get(spec.key)
     except (OSError, ValueError):

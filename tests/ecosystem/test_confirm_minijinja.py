@@ -6,8 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.ecosystem.engines import engine_unavailable
 
+pytestmark = pytest.mark.live  # the engine package comes with the live session (nox -s live)
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "minijinja" / "confirm.py"
 
 

@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.ecosystem.engines import engine_unavailable
 
+pytestmark = pytest.mark.live  # the engine package comes with the live session (nox -s live)
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "tokie" / "confirm.py"
 MISSING_FILE = 2  # confirm.py's exit status when the tokenizer.json is not there
 

@@ -11,6 +11,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from specgate import ecosystem
 from tests.ecosystem.engines import ORACLE, engine_folder, hanging_adapter
 
@@ -46,6 +48,7 @@ def test_unavailable_engine_is_a_row_with_the_installers_message(tmp_path: Path)
     )
 
 
+@pytest.mark.slow  # waits out a real budget, then checks nothing survives
 def test_hanging_engine_is_a_timeout_and_leaves_nothing_running(tmp_path: Path) -> None:
     root = tmp_path / "engines"
     root.mkdir()

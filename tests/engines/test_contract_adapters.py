@@ -88,6 +88,7 @@ def test_tokenizer_engine_from_the_protocol_passes_split_encode_decode(tmp_path:
     assert passed == {"split", "encode", "decode"}, passed
 
 
+@pytest.mark.slow  # a full parity run of every render and construct case through a cmd: engine
 def test_template_engine_from_the_protocol_passes_render_and_constructs(tmp_path: Path) -> None:
     status, report, out = run_gates(
         tmp_path, "template_engine.py", ["tests/gates/test_render.py"], "render", TEMPLATE_MODELS

@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers")
 GGUF_ONLY_MODEL = "tiny-qwen3-f32"  # ships no tokenizer.json / tokenizer_config.json
 
 
+@pytest.mark.live  # builds transformers' tokenizer from a 150k-token GGUF (~12 s)
 def test_tokenizer_and_render_stages_share_one_transformers_tokenizer(monkeypatch):
     from impl.hf.engine import HFEngine
 

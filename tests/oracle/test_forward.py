@@ -247,5 +247,6 @@ def test_oracle_matches_transformers_full_logits(model_id, reference, request):
         )
         assert cmp.kl_mean <= 0.5 * tol * tol, f"{model_id}/{prompt_id}: mean KL {cmp.kl_mean:.3g}"
         assert not cmp.disagreements, f"{model_id}/{prompt_id}: top-1 differs: {cmp.disagreements[:3]}"
+    hf.release_forward(model)
     for name, value in worst.items():
         request.node.user_properties.append((f"metric:{name}", value))

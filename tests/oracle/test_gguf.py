@@ -19,41 +19,53 @@ from tests.ggufs import real_header_sample, write_gguf
 MANIFEST = load_manifest()
 
 
-_readers: dict[str, object] = {}
+class GGUFPyReaders:
+    """gguf-py's reader of the file last asked for (parsing a 150k-token vocabulary takes
+    seconds; holding one takes ~0.7 GB of small numpy arrays, so only one is kept)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self.reader = None
+
+    def reader_of(self, path: Path):
+        import gguf
+
+        if self.path != str(path):
+            self.path, self.reader = None, None  # drop the last one before parsing the next
+            self.reader, self.path = gguf.GGUFReader(str(path)), str(path)
+        return self.reader
+
+    def view(self, path: Path) -> tuple[dict, dict]:
+        reader = self.reader_of(path)
+        meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        tensors = {
+            t.name: (
+                tuple(int(d) for d in reversed(t.shape)),
+                int(t.tensor_type),
+                int(t.data_offset),
+                int(t.n_bytes),
+            )
+            for t in reader.tensors
+        }
+        return meta, tensors
 
 
-def gguf_py_reader(path: Path):
-    """gguf-py's reader, once per file (it takes seconds on a 150k-token vocabulary)."""
-    import gguf
-
-    if str(path) not in _readers:
-        _readers[str(path)] = gguf.GGUFReader(str(path))
-    return _readers[str(path)]
-
-
-def gguf_py_view(path: Path) -> tuple[dict, dict]:
-    reader = gguf_py_reader(path)
-    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
-    tensors = {
-        t.name: (
-            tuple(int(d) for d in reversed(t.shape)),
-            int(t.tensor_type),
-            int(t.data_offset),
-            int(t.n_bytes),
-        )
-        for t in reader.tensors
-    }
-    return meta, tensors
+@pytest.fixture(scope="module")
+def gguf_py():
+    readers = GGUFPyReaders()
+    yield readers
+    readers.path, readers.reader = None, None
 
 
 def plain(value):
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
+@pytest.mark.slow  # gguf-py parses each 150k-token vocabulary in 7-16 s
 @pytest.mark.parametrize("model_id", [m for m in MANIFEST])
-def test_metadata_and_tensor_table_equal_gguf_py(model_id, model):
+def test_metadata_and_tensor_table_equal_gguf_py(model_id, model, gguf_py):
     ours = open_gguf(model.gguf)
-    meta, tensors = gguf_py_view(model.gguf)
+    meta, tensors = gguf_py.view(model.gguf)
     assert set(ours.metadata) == set(meta), f"{model_id}: key sets differ: {set(ours.metadata) ^ set(meta)}"
     for key, value in meta.items():
         mine = plain(ours.metadata[key])
@@ -67,7 +79,7 @@ def test_metadata_and_tensor_table_equal_gguf_py(model_id, model):
     assert mine_tensors == tensors, f"{model_id}: tensor tables differ"
 
 
-def test_dequantize_matches_gguf_py_on_every_tensor_type(model_id="qwen2.5-coder-0.5b-instruct"):
+def test_dequantize_matches_gguf_py_on_every_tensor_type(gguf_py, model_id="qwen2.5-coder-0.5b-instruct"):
     """One tensor of each ggml type in the real model, dequantized by both readers."""
     import gguf
 
@@ -75,7 +87,7 @@ def test_dequantize_matches_gguf_py_on_every_tensor_type(model_id="qwen2.5-coder
 
     path = get_model(model_id).gguf
     ours = open_gguf(path)
-    reader = gguf_py_reader(path)
+    reader = gguf_py.reader_of(path)
     seen = {}
     for t in sorted(reader.tensors, key=lambda t: int(t.n_bytes)):  # the smallest of each type
         seen.setdefault(int(t.tensor_type), t)

@@ -162,6 +162,8 @@ def test_record_generate(request, reference, model_id, model):
                 stop_ = stop_case(ids, pieces, stop, margins)
                 stop_["reference"]["ids"] = agreed[: stop_["expected"]["n_ids"]]
                 cases[f"stop-{kind}/{name}"] = stop_
+    llama.release_forward(model)
+    hf.release_forward(model)
     snapshots.record(
         request,
         llama,

@@ -1,0 +1,178 @@
+"""The suite's memory, measured and printed at the end of every run (never asserted):
+
+* each test's peak resident memory of the pytest process, read by resetting the
+  kernel's high-water mark (``VmHWM``) before the test — the ten highest are printed;
+* the peak of the whole process tree — pytest and every child it starts (engines,
+  servers, nested pytest runs) — sampled every ``TREE_INTERVAL`` seconds by a thread,
+  with the test that was running at that moment;
+* the cgroup's ``memory.peak`` where it is readable (it counts everything in the
+  cgroup: on a shared machine, other work too).
+
+Resident sizes are summed over the tree, so pages two processes share are counted
+twice: the tree's figure errs high, never low.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+TREE_INTERVAL = 0.2  # seconds between two samples of the process tree
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def cgroup_peak_bytes() -> int | None:
+    """The cgroup v2 ``memory.peak`` of this process's cgroup (everything in it), if readable."""
+    try:
+        (line,) = [x for x in Path("/proc/self/cgroup").read_text().splitlines() if x.startswith("0::")]
+        return int((Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.peak").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def own_peak_bytes() -> int | None:
+    """This process's own peak (``VmHWM``), which — unlike ``ru_maxrss`` on Linux — does
+    not include the size of the process it was forked from before its exec."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_own_peak() -> bool:
+    """Start the kernel's high-water mark (``VmHWM``) again from the current resident
+    size (Linux >= 4.0: writing 5 to ``/proc/self/clear_refs``)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, grandchildren, … (Linux ``/proc/<pid>/task/<tid>/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with contextlib.suppress(OSError):
+                    kids = [int(k) for k in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
+                    found.extend(kids)
+                    todo.extend(kids)
+    return found
+
+
+def resident_bytes(pid: int) -> int:
+    """``pid``'s resident size (0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_resident_bytes(pid: int) -> int:
+    """The resident sizes of ``pid`` and all its descendants, summed."""
+    return sum(resident_bytes(p) for p in [pid, *descendants(pid)])
+
+
+class TreeSampler:
+    """A daemon thread that samples the resident size of the process tree; keeps the peak
+    and the test running when it was reached."""
+
+    def __init__(self, interval: float = TREE_INTERVAL) -> None:
+        self.interval = interval
+        self.peak = 0
+        self.peak_at = "(before the first test)"
+        self.current = "(collection)"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specgate-tree-sampler", daemon=True)
+        self.available = Path(f"/proc/{os.getpid()}/statm").exists()
+
+    def start(self) -> None:
+        if self.available:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def sample(self) -> None:
+        total = tree_resident_bytes(os.getpid())
+        if total > self.peak:
+            self.peak, self.peak_at = total, self.current
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+
+class PeakMemoryProfile:
+    """The pytest plugin: per-test peaks of the pytest process and the tree's peak."""
+
+    SHOWN = 10
+
+    def __init__(self) -> None:
+        self.before_tests = 0
+        self.per_test: list[tuple[int, str]] = []
+        self.resettable = True
+        self.tree = TreeSampler()
+        self.tree.start()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        if not self.per_test:
+            self.before_tests = own_peak_bytes() or 0
+        self.resettable = self.resettable and reset_own_peak()
+        self.tree.current = item.nodeid
+        yield
+        peak = own_peak_bytes()
+        if self.resettable and peak is not None:
+            self.per_test.append((peak, item.nodeid))
+
+    def session_peak(self) -> int | None:
+        if not (self.resettable and self.per_test):
+            return own_peak_bytes()
+        return max(self.before_tests, *(peak for peak, _ in self.per_test))
+
+    def highest(self) -> list[tuple[int, str]]:
+        return sorted(self.per_test, reverse=True)[: self.SHOWN]
+
+    def lines(self) -> list[str]:
+        """What the run prints at its end."""
+        self.tree.sample()
+        self.tree.stop()
+        own = self.session_peak() or 0
+        line = f"peak memory: pytest {own / 1e9:.2f} GB"
+        if self.tree.available:
+            whole = max(self.tree.peak, own)
+            line += (
+                f"; pytest and its children together {whole / 1e9:.2f} GB"
+                f" (sampled every {self.tree.interval:g} s, during {self.tree.peak_at})"
+            )
+        cgroup = cgroup_peak_bytes()
+        if cgroup is not None:
+            line += f"; cgroup memory.peak {cgroup / 1e9:.2f} GB"
+        out = [line]
+        if highest := self.highest():
+            out.append(f"highest per-test peaks of the pytest process (top {len(highest)}):")
+            out.extend(f"  {peak / 1e9:6.2f} GB  {nodeid}" for peak, nodeid in highest)
+        return out
+
+
+def return_freed_memory_to_the_system() -> None:
+    """glibc keeps freed heap pages mapped; ``malloc_trim(0)`` hands them back, so a large
+    model dropped by one module does not stay resident under the next one."""
+    import ctypes
+    import ctypes.util
+
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
