@@ -619,9 +619,34 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = session.config.stash.get(SESSION, None)
     if state is None or not state.records:
         return
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller judges the whole run
+        workeroutput["specgate_records"] = records_to_wire(state.records)
+        return
     state.verdict = run_verdict(state.records)
     if state.verdict and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def records_to_wire(records: list[GateRecord]) -> str:
+    """The gate records as JSON text (numpy scalars in metrics become floats), for xdist's channel."""
+    import dataclasses
+    import json
+
+    return json.dumps([dataclasses.asdict(r) for r in records], default=float)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: take a finished worker's gate records into the session,
+    so the verdict, the matrix and the reports cover every worker's cases."""
+    import json
+
+    text = getattr(node, "workeroutput", {}).get("specgate_records")
+    if text:
+        state = node.config.stash[SESSION]
+        state.records.extend(GateRecord(**r) for r in json.loads(text))
+        state.records.sort(key=lambda r: r.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

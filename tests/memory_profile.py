@@ -132,11 +132,28 @@ class PeakMemoryProfile:
         if not self.per_test:
             self.before_tests = own_peak_bytes() or 0
         self.resettable = self.resettable and reset_own_peak()
-        self.tree.current = item.nodeid
         yield
         peak = own_peak_bytes()
         if self.resettable and peak is not None:
             self.per_test.append((peak, item.nodeid))
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        """The test the tree's peak is attributed to (under xdist: the one started last)."""
+        self.tree.current = nodeid
+
+    def pytest_sessionfinish(self, session):
+        """A pytest-xdist worker hands its per-test peaks to the controller."""
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput["specgate_peaks"] = [[peak, nodeid] for peak, nodeid in self.per_test]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        """The controller: each worker's per-test peaks join the ranking (the tree sampler,
+        running in the controller, already counts the workers as its children)."""
+        self.per_test.extend(
+            (peak, nodeid) for peak, nodeid in getattr(node, "workeroutput", {}).get("specgate_peaks", [])
+        )
 
     def session_peak(self) -> int | None:
         if not (self.resettable and self.per_test):
@@ -151,7 +168,7 @@ class PeakMemoryProfile:
         self.tree.sample()
         self.tree.stop()
         own = self.session_peak() or 0
-        line = f"peak memory: pytest {own / 1e9:.2f} GB"
+        line = f"peak memory: pytest {own / 1e9:.2f} GB"  # under xdist: the largest worker's
         if self.tree.available:
             whole = max(self.tree.peak, own)
             line += (

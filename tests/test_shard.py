@@ -148,3 +148,25 @@ def test_an_incomplete_or_doubled_set_of_shards_is_one_line(runs, tmp_path, caps
     assert cli.main(["report", "merge", files[0], str(other), files[2], "--out", str(tmp_path)]) == 2
     assert "reports of different engines cannot be merged: hf, oracle" in capsys.readouterr().err
     assert not list(tmp_path.glob("parity-*")), "nothing is written from a bad set"
+
+
+@pytest.mark.slow  # one more parity run, over two xdist workers
+def test_a_run_over_xdist_workers_reports_what_one_process_reports(runs, tmp_path_factory):
+    """``nox -s tests`` runs its tier on two pytest-xdist workers: the gate records each
+    worker collects reach the controller, whose matrix, coverage and verdict are the
+    single-process run's."""
+    whole_dir, _ = runs
+    workers_dir = tmp_path_factory.mktemp("workers")
+    proc = pytest_run(
+        "tests/gates", "--models", VOCAB, "-n", "2", "--dist", "loadfile", "--report-dir", workers_dir
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "2 workers" in proc.stdout, proc.stdout[:2000]
+    (whole,) = whole_dir.glob("parity-*.json")
+    (spread,) = workers_dir.glob("parity-*.json")
+    want, got = (json.loads(p.read_text(encoding="utf-8")) for p in (whole, spread))
+    assert want["coverage"].get("pass", 0) > 0
+    assert got["coverage"] == want["coverage"] and got["verdict"] == want["verdict"] == []
+    counts = [{k: v for k, v in row.items() if k != "metrics"} for row in want["matrix"]]
+    assert [{k: v for k, v in row.items() if k != "metrics"} for row in got["matrix"]] == counts
+    assert sorted(c["nodeid"] for c in got["cases"]) == sorted(c["nodeid"] for c in want["cases"])
