@@ -3,13 +3,14 @@
 * each test's peak resident memory of the pytest process, read by resetting the
   kernel's high-water mark (``VmHWM``) before the test — the ten highest are printed;
 * the peak of the whole process tree — pytest and every child it starts (engines,
-  servers, nested pytest runs) — sampled every ``TREE_INTERVAL`` seconds by a thread,
-  with the test that was running at that moment;
+  servers, nested pytest runs, xdist workers) — as the sum of their proportional set
+  sizes, sampled every ``TREE_INTERVAL`` seconds by a thread, with the test that was
+  running at that moment;
 * the cgroup's ``memory.peak`` where it is readable (it counts everything in the
   cgroup: on a shared machine, other work too).
 
-Resident sizes are summed over the tree, so pages two processes share are counted
-twice: the tree's figure errs high, never low.
+A sample can miss a peak shorter than the interval; the pytest process's own peak is
+exact (the kernel keeps it).
 """
 
 from __future__ import annotations
@@ -70,17 +71,28 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def resident_bytes(pid: int) -> int:
-    """``pid``'s resident size (0 once it is gone)."""
+def proportional_bytes(pid: int) -> int:
+    """``pid``'s proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``): its
+    resident pages, each shared page divided among the processes sharing it — so a
+    child forked from a large pytest (copy-on-write) or two processes mapping the same
+    model file are not counted twice. Its resident size where smaps is not readable;
+    0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
 
-def tree_resident_bytes(pid: int) -> int:
-    """The resident sizes of ``pid`` and all its descendants, summed."""
-    return sum(resident_bytes(p) for p in [pid, *descendants(pid)])
+def tree_bytes(pid: int) -> int:
+    """The proportional set sizes of ``pid`` and all its descendants, summed: the memory
+    the process tree takes, shared pages counted once."""
+    return sum(proportional_bytes(p) for p in [pid, *descendants(pid)])
 
 
 class TreeSampler:
@@ -106,7 +118,7 @@ class TreeSampler:
             self._thread.join(timeout=5)
 
     def sample(self) -> None:
-        total = tree_resident_bytes(os.getpid())
+        total = tree_bytes(os.getpid())
         if total > self.peak:
             self.peak, self.peak_at = total, self.current
 
@@ -173,7 +185,7 @@ class PeakMemoryProfile:
             whole = max(self.tree.peak, own)
             line += (
                 f"; pytest and its children together {whole / 1e9:.2f} GB"
-                f" (sampled every {self.tree.interval:g} s, during {self.tree.peak_at})"
+                f" (PSS, sampled every {self.tree.interval:g} s, during {self.tree.peak_at})"
             )
         cgroup = cgroup_peak_bytes()
         if cgroup is not None:
