@@ -40,8 +40,10 @@ class _PerGGUF:
         self._loaded.clear()
 
 
-_ggufs = _PerGGUF(limit=8)  # parsed headers and vocabularies (tensors stay memory-mapped)
-_tokenizers = _PerGGUF(limit=8)  # each keeps its piece cache for the session
+# A parsed 150k-token vocabulary is ~0.1 GB and its tokenizer ~0.05-0.15 GB; the gates walk
+# the models one after another, so four of each keep every model loaded once per module.
+_ggufs = _PerGGUF(limit=4)  # parsed headers and vocabularies (tensors stay memory-mapped)
+_tokenizers = _PerGGUF(limit=4)  # each keeps its piece cache while it is cached
 _chat_templates = _PerGGUF(limit=32)
 # Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive.
 _forward_models = _PerGGUF(limit=1)
