@@ -94,10 +94,12 @@ def tests(session: nox.Session) -> None:
     tests, every gate against the committed snapshots, the adapters, reports and CLI."""
     install(session, "dev")
     fetch_models(session, tiny=True)
-    # Two xdist workers (whole modules each, so module fixtures load once): the tier is
-    # single-threaded Python and subprocesses, so it runs ~1.7x faster on 2 cores; more
-    # workers would each hold an oracle model (the 0.5B's float32 weights are ~2 GB).
-    # The ten slowest tests close the log: the suite's own profile, run after run.
+    # Two xdist workers (whole modules each, so module fixtures load once), one BLAS thread
+    # each: two workers of two BLAS threads on 2 cores took 287 s here, one thread each
+    # 204 s, one process 296 s. More workers would each hold an oracle model (the 0.5B's
+    # float32 weights are ~2 GB). The ten slowest tests close the log: the suite's own
+    # profile, run after run.
+    session.env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     session.run(
         "pytest", "-m", FAST_TIER, "--live-references", "-n", "auto", "--maxprocesses", "2",
         "--dist", "loadfile", "--durations=10", *session.posargs,
