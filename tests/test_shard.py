@@ -136,6 +136,7 @@ def test_merged_shards_equal_the_unsharded_run(runs, tmp_path, capsys):
     assert "coverage:" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # needs the three shard runs of the fixture
 def test_an_incomplete_or_doubled_set_of_shards_is_one_line(runs, tmp_path, capsys):
     _, shard_dir = runs
     files = sorted(map(str, shard_dir.glob("parity-*.json")))

@@ -149,6 +149,7 @@ def test_what_the_server_cannot_say_is_declined_with_the_reason(
         engine.encode(other, "x", parse_special=True)
 
 
+@pytest.mark.slow  # full-vocabulary logits of the 0.5B through the server and in process
 def test_logits_top_k_match_llama_cpp_in_process(engine: HttpEngine, local, model: ModelRef) -> None:
     # A chat prompt: its control tokens must reach the server as the same ids.
     ids = local.tokenize(CHAT.encode(), add_bos=False, special=True)
@@ -190,6 +191,7 @@ def test_logits_top_k_match_llama_cpp_in_process(engine: HttpEngine, local, mode
     assert math.isclose(float(np.exp(got[0].astype(np.float64)).sum()), 1.0, rel_tol=1e-3)
 
 
+@pytest.mark.slow  # generation on the 0.5B through the server and in process
 def test_greedy_generate_matches_llama_cpp_in_process(engine: HttpEngine, local, model: ModelRef) -> None:
     ids = local.tokenize(PROMPT.encode(), add_bos=False, special=True)
     got = engine.generate(model, ids, {"temperature": 0.0, "max_tokens": 4})

@@ -79,6 +79,7 @@ def test_metadata_and_tensor_table_equal_gguf_py(model_id, model, gguf_py):
     assert mine_tensors == tensors, f"{model_id}: tensor tables differ"
 
 
+@pytest.mark.slow  # gguf-py parses the 0.5B's 150k-token vocabulary first
 def test_dequantize_matches_gguf_py_on_every_tensor_type(gguf_py, model_id="qwen2.5-coder-0.5b-instruct"):
     """One tensor of each ggml type in the real model, dequantized by both readers."""
     import gguf
