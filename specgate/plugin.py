@@ -523,7 +523,12 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         eng.capabilities  # noqa: B018 — a process engine starts and says hello here
     except EngineError as exc:
         eng.close()
-        pytest.exit(f"specgate: the engine {spec!r} did not start: {str(exc).splitlines()[0]}", returncode=1)
+        why = f"specgate: the engine {spec!r} did not start: {str(exc).splitlines()[0]}"
+        if hasattr(
+            request.config, "workerinput"
+        ):  # an xdist worker cannot stop the run: each case errors with it
+            pytest.fail(why, pytrace=False)
+        pytest.exit(why, returncode=1)
     yield eng
     eng.close()
 

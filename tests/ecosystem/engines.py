@@ -51,12 +51,10 @@ def hanging_adapter(root: Path) -> str:
 
 def engine_unavailable(config, why: str) -> None:
     """An engine package, its node_modules or the model file a confirm script needs is
-    missing: a failure under ``--live-references`` (the tests session installs every
+    missing: a failure under ``--live-references`` (``nox -s live`` installs every
     engine, so there it means an install went wrong), else a skip that says why."""
     import pytest
 
     if config.getoption("--live-references"):
-        pytest.fail(
-            f"{why} (the tests session installs it: see reports/ecosystem-install.json)", pytrace=False
-        )
+        pytest.fail(f"{why} (nox -s live installs it: see reports/ecosystem-install.json)", pytrace=False)
     pytest.skip(why)

@@ -6,7 +6,7 @@ the table's root causes must be looked at again; 2 when a model file it needs is
 
 The npm packages are installed by the ``ecosystem`` session (``npm ci`` in each folder); without
 ``node_modules`` the test is skipped with the command that installs them (a failure under
-``--live-references``: the tests session installs them).
+``--live-references``: nox -s live installs them).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import pytest
 from impl.process import lifeline
 from specgate import models as model_cache
 from specgate.plugin import model_missing
+from tests.engines.parity_run import run_parity
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
@@ -138,3 +139,18 @@ def test_k_and_models_select_subsets(tmp_path: Path) -> None:
     assert [(c["model"], c["nodeid"].rsplit("/", 1)[-1]) for c in report["cases"]] == [
         ("qwen3-vocab", "architecture]")
     ]
+
+
+@pytest.mark.parametrize(
+    "workers", [[], ["-n", "2", "--dist", "loadfile"]], ids=["one process", "two xdist workers"]
+)
+def test_an_engine_that_exits_at_once_fails_the_run_with_its_reason(
+    tmp_path: Path, workers: list[str]
+) -> None:
+    """Nothing answered is never green: in one process the run stops with one line; under
+    xdist (whose workers cannot stop the run) every case errors with the same line, no
+    INTERNALERROR."""
+    impl = "cmd:" + shlex.join([sys.executable, "-c", "import sys; sys.exit(3)"])
+    run = run_parity(tmp_path, impl, "split", "qwen3-vocab", *workers, timeout=300)
+    assert run.status != 0, run.output[-2000:]
+    assert "did not start" in run.output and "INTERNALERROR" not in run.output, run.output[-2000:]
