@@ -7,50 +7,25 @@ from independent references (transformers, llama.cpp, tiktoken, CPython regex).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from impl.loaded import PerModel
 from impl.protocol import Engine, ModelRef
 from oracle import gguf
 
-
-class _PerGGUF:
-    """What the oracle loaded for each GGUF path, least recently used first, at most
-    ``limit`` of them: the session's one cache style for parsed files, tokenizers,
-    chat templates and forward models (so logits and generate share one ``Model``)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._loaded: dict[Path, Any] = {}
-
-    def get(self, path: Path, load: Callable[[Path], Any]) -> Any:
-        """The value loaded for ``path``, loading it (and evicting the oldest) if absent.
-        A load that raises caches nothing (e.g. a refused chat template is refused again)."""
-        if path in self._loaded:
-            self._loaded[path] = self._loaded.pop(path)  # now the most recently used
-            return self._loaded[path]
-        value = load(path)
-        while len(self._loaded) >= self.limit:
-            self._loaded.pop(next(iter(self._loaded)))
-        self._loaded[path] = value
-        return value
-
-    def clear(self) -> None:
-        self._loaded.clear()
-
-
 # A parsed 150k-token vocabulary is ~0.1 GB and its tokenizer ~0.05-0.15 GB; the gates walk
 # the models one after another, so four of each keep every model loaded once per module.
-_ggufs = _PerGGUF(limit=4)  # parsed headers and vocabularies (tensors stay memory-mapped)
-_tokenizers = _PerGGUF(limit=4)  # each keeps its piece cache while it is cached
-_chat_templates = _PerGGUF(limit=32)
+_ggufs = PerModel(limit=4)  # parsed headers and vocabularies (tensors stay memory-mapped)
+_tokenizers = PerModel(limit=4)  # each keeps its piece cache while it is cached
+_chat_templates = PerModel(limit=32)
 # Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive.
-_forward_models = _PerGGUF(limit=1)
+_forward_models = PerModel(limit=1)
 
 
 def _gguf(path: Path) -> gguf.GGUFFile:
-    return _ggufs.get(path, gguf.open_gguf)
+    return _ggufs.get(path, lambda: gguf.open_gguf(path))
 
 
 def _load_tokenizer(path: Path) -> Any:
@@ -72,7 +47,7 @@ def release_forward() -> None:
 
 def _forward_model(path: Path) -> Any:
     """The GGUF's one forward ``Model``, its KV cache emptied for a new sequence."""
-    forward = _forward_models.get(path, _load_forward_model)
+    forward = _forward_models.get(path, lambda: _load_forward_model(path))
     forward.reset()
     return forward
 
@@ -94,7 +69,7 @@ class OracleEngine(Engine):
 
     # --- tokenizer stage (split / encode / decode) ------------------------------
     def _tokenizer(self, model: ModelRef) -> Any:
-        return _tokenizers.get(model.gguf, _load_tokenizer)
+        return _tokenizers.get(model.gguf, lambda: _load_tokenizer(model.gguf))
 
     def split(self, model: ModelRef, text: str) -> list[str]:
         return self._tokenizer(model).split(text)
@@ -111,7 +86,7 @@ class OracleEngine(Engine):
 
         # loading validates the template: a refusal is raised, not cached
         return _chat_templates.get(
-            model.gguf, lambda path: chat_template_for(_gguf(path), model.tokenizer_config)
+            model.gguf, lambda: chat_template_for(_gguf(model.gguf), model.tokenizer_config)
         )
 
     def render(

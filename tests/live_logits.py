@@ -40,3 +40,10 @@ def reference_logits(reference: Any, model: Any, ids: list[int], keep: bool = Fa
         np.save(path, logits)
         _kept_logits[key] = path
     return logits
+
+
+def forget_logits(model: Any) -> None:
+    """Delete the logits kept for ``model`` (every reference's): the last module that
+    reads them is done with them (the tiny models' alone would fill gigabytes of disk)."""
+    for key in [k for k in _kept_logits if k[1] == str(model.gguf)]:
+        _kept_logits.pop(key).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from impl.loaded import PerModel
 from impl.protocol import Engine, ModelRef
 
 
@@ -19,7 +20,16 @@ class HFEngine(Engine):
     is_reference = True
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[str, str], Any] = {}
+        # What is loaded per model, for the few models in use: transformers' GGUF
+        # tokenizer is ~0.1-0.3 GB for a 150k vocabulary, its float32 weights ~2 GB for
+        # the 0.5B (one model's at a time).
+        self._loaded: dict[str, PerModel] = {
+            "metadata": PerModel(limit=64),
+            "gguf_tokenizer": PerModel(limit=4),
+            "tokenizer": PerModel(limit=4),
+            "chat_tokenizer": PerModel(limit=4),
+            "forward": PerModel(limit=1),
+        }
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -27,13 +37,11 @@ class HFEngine(Engine):
         return f"transformers {version('transformers')}, tokenizers {version('tokenizers')}"
 
     def close(self) -> None:
-        self._cache.clear()
+        for loaded in self._loaded.values():
+            loaded.clear()
 
     def _memo(self, kind: str, model: ModelRef, build: Any) -> Any:
-        key = (kind, str(model.gguf))
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
+        return self._loaded[kind].get(str(model.gguf), build)
 
     # --- metadata stage -------------------------------------------------------
     def metadata(self, model: ModelRef) -> dict[str, Any]:
@@ -111,10 +119,10 @@ class HFEngine(Engine):
 
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Drop ``model``'s transformers weights (every model's when ``None``)."""
-        for key in [
-            k for k in self._cache if k[0] == "forward" and (model is None or k[1] == str(model.gguf))
-        ]:
-            del self._cache[key]
+        forward = self._loaded["forward"]
+        for key in forward.loaded_keys():
+            if model is None or key == str(model.gguf):
+                forward.drop(key)
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from impl.loaded import PerModel
 from impl.protocol import Engine, ModelRef, has_weights
 
 N_THREADS = int(os.environ.get("SPECGATE_LLAMA_THREADS", "2"))
@@ -21,7 +22,10 @@ class LlamaCppEngine(Engine):
     is_reference = True
 
     def __init__(self) -> None:
-        self._models: dict[tuple[str, bool], Any] = {}
+        # Vocab-only contexts (~50 MB each for a 150k vocabulary) for the few models in
+        # use; one full-weights context (logits_all keeps n_ctx × n_vocab floats).
+        self._vocab_contexts = PerModel(limit=4, close=_close)
+        self._full_contexts = PerModel(limit=1, close=_close)
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -29,42 +33,15 @@ class LlamaCppEngine(Engine):
         return f"llama-cpp-python {version('llama-cpp-python')}"
 
     def close(self) -> None:
-        for llm in self._models.values():
-            llm.close()
-        self._models.clear()
+        self._vocab_contexts.clear()
+        self._full_contexts.clear()
 
     def llama(self, model: ModelRef, vocab_only: bool) -> Any:
         """A session-shared ``llama_cpp.Llama`` for ``model``; vocab-only models
         (no tensors) can only be opened vocab-only."""
         vocab_only = vocab_only or not has_weights(model)
-        key = (str(model.gguf), vocab_only)
-        if key not in self._models:
-            import llama_cpp
-
-            # No weight repacking into "extra" buffer types: on CPUs advertising AMX
-            # where the kernel does not grant tile state, ggml's AMX matmul dies with
-            # SIGILL (tilezero). The plain CPU kernels are llama.cpp's reference path.
-            lib = llama_cpp.llama_cpp  # the module Llama takes its default params from
-            default_params = lib.llama_model_default_params
-
-            def model_params() -> Any:
-                params = default_params()
-                params.use_extra_bufts = False
-                return params
-
-            lib.llama_model_default_params = model_params
-            try:
-                self._models[key] = llama_cpp.Llama(
-                    model_path=str(model.gguf),
-                    vocab_only=vocab_only,
-                    n_ctx=512 if vocab_only else 4096,
-                    n_threads=N_THREADS,
-                    logits_all=not vocab_only,
-                    verbose=False,
-                )
-            finally:
-                lib.llama_model_default_params = default_params
-        return self._models[key]
+        contexts = self._vocab_contexts if vocab_only else self._full_contexts
+        return contexts.get(str(model.gguf), lambda: _open(model, vocab_only))
 
     # --- metadata stage -------------------------------------------------------
     def metadata(self, model: ModelRef) -> dict[str, Any]:
@@ -103,17 +80,14 @@ class LlamaCppEngine(Engine):
         """llama.cpp's logits for every position of ``ids`` on the same GGUF."""
         from impl.llamacpp import forward as llamacpp_forward
 
-        key = (str(model.gguf), False)
-        if key not in self._models:  # logits_all keeps n_ctx × n_vocab floats: one such context at a time
-            for other in [k for k in self._models if not k[1]]:
-                self._models.pop(other).close()
         return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
 
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Close ``model``'s full-weights context (every model's when ``None``): its logits
         buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""
-        for key in [k for k in self._models if not k[1] and (model is None or k[0] == str(model.gguf))]:
-            self._models.pop(key).close()
+        for key in self._full_contexts.loaded_keys():
+            if model is None or key == str(model.gguf):
+                self._full_contexts.drop(key)
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
@@ -127,3 +101,37 @@ class LlamaCppEngine(Engine):
         from impl.llamacpp import generate as llamacpp_generate
 
         return llamacpp_generate.generate(self.llama(model, vocab_only=False), ids, params)
+
+
+def _open(model: ModelRef, vocab_only: bool) -> Any:
+    """A ``llama_cpp.Llama`` on ``model``'s GGUF: vocab-only (tokenizer, template,
+    metadata), or with its weights and every position's logits kept."""
+    import llama_cpp
+
+    # No weight repacking into "extra" buffer types: on CPUs advertising AMX where the
+    # kernel does not grant tile state, ggml's AMX matmul dies with SIGILL (tilezero).
+    # The plain CPU kernels are llama.cpp's reference path.
+    lib = llama_cpp.llama_cpp  # the module Llama takes its default params from
+    default_params = lib.llama_model_default_params
+
+    def model_params() -> Any:
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = model_params
+    try:
+        return llama_cpp.Llama(
+            model_path=str(model.gguf),
+            vocab_only=vocab_only,
+            n_ctx=512 if vocab_only else 4096,
+            n_threads=N_THREADS,
+            logits_all=not vocab_only,
+            verbose=False,
+        )
+    finally:
+        lib.llama_model_default_params = default_params
+
+
+def _close(llm: Any) -> None:
+    llm.close()

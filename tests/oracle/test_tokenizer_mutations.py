@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import impl.oracle
+from impl.loaded import PerModel
 from impl.oracle import OracleEngine
 from oracle import bpe, pretokenize
 from oracle.byte_level import to_standin
@@ -37,7 +38,7 @@ GATE_FAILED = pytest.fail.Exception
 def fresh(monkeypatch) -> OracleEngine:
     """An oracle engine with no tokenizer (and so no piece cache) carried over: a mutation
     must not hide behind pieces the unmutated oracle already encoded."""
-    monkeypatch.setattr(impl.oracle, "_tokenizers", impl.oracle._PerGGUF(limit=8))
+    monkeypatch.setattr(impl.oracle, "_tokenizers", PerModel(limit=8))
     return OracleEngine()
 
 

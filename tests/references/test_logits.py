@@ -5,6 +5,7 @@ dequantized weights — the tight reference) and of llama.cpp (the loose one).""
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ from specgate import logit_metrics, snapshots
 from specgate.checks.logits import logits_drift
 from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
 from specgate.plugin import get_model, model_missing
-from tests.live_logits import reference_logits
+from tests.live_logits import forget_logits, reference_logits
+from tests.memory_profile import return_freed_memory_to_the_system
 
 pytestmark = pytest.mark.live
 
@@ -29,10 +31,20 @@ def test_record_logits(request, reference, forward_model_id):
         if snapshots.recording(request)
         else snapshots.load(model, "logits", snapshots.root_of(request.config))
     )
+    prompts = {
+        prompt_id: (prompt, vocab.tokenize(str(prompt["text"]).encode("utf-8"), add_bos=False, special=True))
+        for prompt_id, prompt in prompts_for(model.id).items()
+    }
+    # One reference's weights at a time: transformers' float32 model first, its logits
+    # kept on disk; then llama.cpp's context (for the 0.5B the two together were 5.5 GB).
+    for _prompt, ids in prompts.values():
+        reference_logits(hf, model, ids, keep=True)
+    hf.release_forward(model)
+    gc.collect()
+    return_freed_memory_to_the_system()
     cases: dict[str, Any] = {}
     drifts: dict[str, str | None] = {}
-    for prompt_id, prompt in prompts_for(model.id).items():
-        ids = vocab.tokenize(str(prompt["text"]).encode("utf-8"), add_bos=False, special=True)
+    for prompt_id, (prompt, ids) in prompts.items():
         positions = logit_metrics.record_positions(len(ids), limit)
         ref_hf, ref_llama = reference_logits(hf, model, ids), llama.logits(model, ids)
         between = logit_metrics.compare_full(ref_hf, ref_llama, tie_margin=0.0)
@@ -46,8 +58,8 @@ def test_record_logits(request, reference, forward_model_id):
         }
         if stored and prompt_id in stored:  # the full logits are not kept: judge drift now
             drifts[prompt_id] = logits_drift(model.id, stored[prompt_id], ids, ref_hf, ref_llama)
-    hf.release_forward(model)
     llama.release_forward(model)
+    forget_logits(model)
     snapshots.record(
         request, hf, model, "logits", cases,
         references={
