@@ -121,7 +121,7 @@ def compare_topk(
     record: dict[str, Any], positions: Sequence[int], got: np.ndarray, tie_margin: float
 ) -> Comparison:
     """Engine logits ``got`` [T, n_vocab] vs a snapshot ``record`` taken at ``positions``."""
-    got = np.asarray(got, dtype=np.float64)[list(positions)]
+    got = np.asarray(np.asarray(got)[list(positions)], dtype=np.float64)  # the recorded rows only
     ids, lp, lse = parse_record(record)
     ref_logits = lp + lse[:, None]
     lq_all, _ = log_softmax(got)

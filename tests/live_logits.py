@@ -5,6 +5,7 @@ it) need the same transformers outputs for 16 (model, prompt) pairs, computed on
 from __future__ import annotations
 
 import atexit
+import itertools
 import shutil
 import tempfile
 from functools import cache
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 _kept_logits: dict[tuple[str, str, tuple[int, ...]], Path] = {}
+_file_numbers = itertools.count()  # never reused: a forgotten entry's number is not freed
 
 
 @cache
@@ -36,7 +38,7 @@ def reference_logits(reference: Any, model: Any, ids: list[int], keep: bool = Fa
         return np.load(_kept_logits[key], mmap_mode="r")
     logits = np.asarray(reference.logits(model, ids))
     if keep:
-        path = _logits_dir() / f"{len(_kept_logits)}.npy"
+        path = _logits_dir() / f"{next(_file_numbers)}.npy"
         np.save(path, logits)
         _kept_logits[key] = path
     return logits
