@@ -2,14 +2,13 @@
 --stages, --live-references; the parity matrix), the hypothesis profiles and the
 session's peak-memory line."""
 
-import gc
 import os
 import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.memory_profile import PeakMemoryProfile, return_freed_memory_to_the_system
+from tests.memory_profile import PeakMemoryProfile, free_unused_memory
 
 pytest_plugins = ["specgate.plugin"]
 
@@ -52,5 +51,4 @@ def _forward_weights_live_one_module(specgate):
         oracle.release_forward()
     for engine in specgate.references.values():
         engine.release_forward()
-    gc.collect()
-    return_freed_memory_to_the_system()
+    free_unused_memory()

@@ -316,13 +316,19 @@ def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
 # model and stage selection
 
 
-def model_missing(reason: str) -> None:
-    """A test's model is not in the cache. Under ``--live-references`` (``nox -s tests`` and ``live``,
-    which fetches and generates every model first) that is a broken setup: fail.
-    Otherwise (a partial local run) skip, saying which command provides it."""
+def setup_missing(reason: str, remedy: str = "") -> None:
+    """Something a test needs is missing (a cached model, a reference library, an installed
+    third-party engine). Under ``--live-references`` (``nox -s tests`` and ``live``, which
+    install and fetch all of it first) that is a broken setup: fail, naming ``remedy``.
+    Otherwise (a partial local run) skip, saying what is missing."""
     if running_session().live_references:
-        pytest.fail(f"model missing from the cache: {reason}", pytrace=False)
-    pytest.skip(f"model missing from the cache: {reason}")
+        pytest.fail(f"{reason} ({remedy})" if remedy else reason, pytrace=False)
+    pytest.skip(reason)
+
+
+def model_missing(reason: str) -> None:
+    """A test's model is not in the cache (``reason`` names the command that provides it)."""
+    setup_missing(f"model missing from the cache: {reason}")
 
 
 def selected_models(config: pytest.Config) -> list[str]:
@@ -524,9 +530,8 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
     except EngineError as exc:
         eng.close()
         why = f"specgate: the engine {spec!r} did not start: {str(exc).splitlines()[0]}"
-        if hasattr(
-            request.config, "workerinput"
-        ):  # an xdist worker cannot stop the run: each case errors with it
+        on_xdist_worker = hasattr(request.config, "workerinput")
+        if on_xdist_worker:  # a worker cannot stop the run: each of its cases errors with the reason
             pytest.fail(why, pytrace=False)
         pytest.exit(why, returncode=1)
     yield eng

@@ -19,6 +19,7 @@ import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,11 +198,21 @@ class PeakMemoryProfile:
         return out
 
 
-def return_freed_memory_to_the_system() -> None:
-    """glibc keeps freed heap pages mapped; ``malloc_trim(0)`` hands them back, so a large
-    model dropped by one module does not stay resident under the next one."""
+def free_unused_memory() -> None:
+    """Collect what is unreachable, then hand freed heap pages back to the system: glibc
+    keeps them mapped, and ``malloc_trim(0)`` returns them, so a large model dropped by one
+    test does not stay resident under the next one."""
     import ctypes
     import ctypes.util
+    import gc
 
+    gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+
+
+def release_forward_weights(engine: Any, model: Any) -> None:
+    """``engine`` drops ``model``'s forward weights, and their memory goes back to the system
+    (a test that runs two references' forwards runs them one after the other)."""
+    engine.release_forward(model)
+    free_unused_memory()

@@ -58,3 +58,29 @@ def test_a_test_asking_for_a_reference_is_in_the_live_tier_without_a_marker(tmp_
     collected = re.findall(r"::(test_\w+)", proc.stdout)
     expected = [["test_plain"], ["test_asks_for_a_reference"]][tier]
     assert collected == expected, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+MISSING = """
+from specgate.plugin import setup_missing
+
+def test_needs_something_absent():
+    setup_missing("the widget is not installed", remedy="nox -s live installs it")
+"""
+
+
+@pytest.mark.parametrize("live_references", [False, True], ids=["partial local run", "a tier"])
+def test_something_missing_fails_a_tier_and_skips_a_partial_run(tmp_path, live_references):
+    """Both tiers run with --live-references after installing and fetching everything: there a
+    missing model, reference or engine is a broken setup, never a quiet skip."""
+    (tmp_path / "test_missing.py").write_text(MISSING, encoding="utf-8")
+    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rs", str(tmp_path)]
+    cmd += ["--live-references"] if live_references else []
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    out = proc.stdout + proc.stderr
+    if live_references:
+        assert proc.returncode == 1 and "1 failed" in out, out[-2000:]
+        assert "the widget is not installed (nox -s live installs it)" in out, out[-2000:]
+    else:
+        assert proc.returncode == 0 and "1 skipped" in out, out[-2000:]
+        assert re.search(r"^SKIPPED \[1\] \S+: the widget is not installed$", out, re.M), out[-2000:]

@@ -49,12 +49,10 @@ def hanging_adapter(root: Path) -> str:
     return f"cmd:{{python}} {script}"
 
 
-def engine_unavailable(config, why: str) -> None:
+def engine_unavailable(why: str) -> None:
     """An engine package, its node_modules or the model file a confirm script needs is
     missing: a failure under ``--live-references`` (``nox -s live`` installs every
     engine, so there it means an install went wrong), else a skip that says why."""
-    import pytest
+    from specgate.plugin import setup_missing
 
-    if config.getoption("--live-references"):
-        pytest.fail(f"{why} (nox -s live installs it: see reports/ecosystem-install.json)", pytrace=False)
-    pytest.skip(why)
+    setup_missing(why, remedy="nox -s live installs it: see reports/ecosystem-install.json")

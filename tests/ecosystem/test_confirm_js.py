@@ -27,15 +27,13 @@ TIMEOUT_SECONDS = 900  # node_llama_cpp loads the 0.5B model and generates on a 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", JS_ENGINES)
-def test_confirm_reproduces(engine: str, request: pytest.FixtureRequest) -> None:
+def test_confirm_reproduces(engine: str) -> None:
     folder = ECOSYSTEM / engine
     node = shutil.which("node")
     if node is None:
-        engine_unavailable(request.config, "node is not installed (Node 20 runs the JavaScript engines)")
+        engine_unavailable("node is not installed (Node 20 runs the JavaScript engines)")
     if not (folder / "node_modules").is_dir():
-        engine_unavailable(
-            request.config, f"{engine}: node_modules is not installed (run `npm ci` in {folder})"
-        )
+        engine_unavailable(f"{engine}: node_modules is not installed (run `npm ci` in {folder})")
     run = subprocess.run(
         [node, str(folder / "confirm.mjs")],
         cwd=folder,
@@ -45,9 +43,7 @@ def test_confirm_reproduces(engine: str, request: pytest.FixtureRequest) -> None
         check=False,
     )
     if run.returncode == MISSING_MODEL:
-        engine_unavailable(
-            request.config, f"{engine}: a model file confirm.mjs needs is not cached: {run.stdout.strip()}"
-        )
+        engine_unavailable(f"{engine}: a model file confirm.mjs needs is not cached: {run.stdout.strip()}")
     assert run.returncode == 0, (
         f"{engine}/confirm.mjs exit {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     )

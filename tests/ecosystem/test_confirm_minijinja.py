@@ -14,11 +14,9 @@ pytestmark = pytest.mark.live  # the engine package comes with the live session 
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "minijinja" / "confirm.py"
 
 
-def test_minijinja_divergences_reproduce(request):
+def test_minijinja_divergences_reproduce():
     if importlib.util.find_spec("minijinja") is None:
-        engine_unavailable(
-            request.config, "the minijinja package is not installed (pip install minijinja==3.0.5)"
-        )
+        engine_unavailable("the minijinja package is not installed (pip install minijinja==3.0.5)")
     run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
     assert run.stdout.count("REPRODUCES") == 4, run.stdout

@@ -17,14 +17,12 @@ CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "tokie" /
 MISSING_FILE = 2  # confirm.py's exit status when the tokenizer.json is not there
 
 
-def test_tokie_divergences_reproduce(request):
+def test_tokie_divergences_reproduce():
     if importlib.util.find_spec("tokie") is None:
-        engine_unavailable(request.config, "the tokie package is not installed (pip install tokie==0.1.4)")
+        engine_unavailable("the tokie package is not installed (pip install tokie==0.1.4)")
     env = {**os.environ, "RUST_BACKTRACE": "0"}  # tokie's panics stay one line on stderr
     run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=300, env=env)
     if run.returncode == MISSING_FILE:
-        engine_unavailable(
-            request.config, f"the tokenizer file confirm.py needs is not cached: {run.stdout.strip()}"
-        )
+        engine_unavailable(f"the tokenizer file confirm.py needs is not cached: {run.stdout.strip()}")
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
     assert run.stdout.count("REPRODUCES") == 4, run.stdout

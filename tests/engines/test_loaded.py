@@ -4,14 +4,20 @@ tokenizer or llama.cpp context alive to the end."""
 
 from __future__ import annotations
 
-import gc
+import importlib.util
 import os
 
 import pytest
 
 from impl.loaded import PerModel
 from specgate import models
-from tests.memory_profile import proportional_bytes, return_freed_memory_to_the_system
+from specgate.plugin import model_missing, setup_missing
+from tests.memory_profile import free_unused_memory, proportional_bytes
+
+
+def resident_after_freeing() -> int:
+    free_unused_memory()
+    return proportional_bytes(os.getpid())
 
 
 def test_the_least_recently_used_value_is_evicted_and_closed():
@@ -52,23 +58,20 @@ def test_a_limit_below_one_is_refused():
 def test_llamacpp_keeps_a_few_vocab_contexts_not_one_per_model_walked():
     """16 tiny models' vocab-only contexts, one after another: with every context kept the
     process grew by ~0.6 GB (~40 MB per 150k vocabulary); with four kept, ~0.15 GB."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (nox -s tests installs it)")
+    if importlib.util.find_spec("llama_cpp") is None:
+        setup_missing("llama-cpp-python is not installed", remedy="nox -s tests installs it")
     from impl.llamacpp.engine import LlamaCppEngine
 
     tiny = models.cached_tiny_models()
     if len(tiny) < 16:
-        pytest.skip(f"{len(tiny)} tiny models cached, 16 needed (run: specgate models tiny)")
+        model_missing(f"{len(tiny)} tiny models cached, 16 needed (run: specgate models tiny)")
     engine = LlamaCppEngine()
     try:
         engine.encode(models.model_ref(tiny[0]), "warm up", parse_special=False)
-        gc.collect()
-        return_freed_memory_to_the_system()
-        before = proportional_bytes(os.getpid())
+        before = resident_after_freeing()
         for model_id in tiny[:16]:
             assert engine.encode(models.model_ref(model_id), "hello world", parse_special=False)
-        gc.collect()
-        return_freed_memory_to_the_system()
-        grown = proportional_bytes(os.getpid()) - before
+        grown = resident_after_freeing() - before
     finally:
         engine.close()
     assert grown < 350e6, f"16 vocab-only contexts grew the process by {grown / 1e6:.0f} MB"

@@ -5,7 +5,6 @@ input, the tiny models' tensor types, and the tight comparison with live transfo
 
 from __future__ import annotations
 
-import gc
 import json
 import warnings
 
@@ -24,7 +23,7 @@ from specgate.checks.logits import exact_tolerance
 from specgate.corpus import prompts_for
 from specgate.plugin import get_model, model_missing
 from tests.live_logits import reference_logits
-from tests.memory_profile import return_freed_memory_to_the_system
+from tests.memory_profile import release_forward_weights
 
 # A split of one sequence into prefill + steps multiplies the same numbers in
 # differently shaped matmuls (BLAS blocks gemm and gemv differently): float32 rounding
@@ -244,9 +243,7 @@ def test_oracle_matches_transformers_full_logits(model_id, reference, request):
     # transformers' weights, then the oracle's, never both (with the 0.5B: 2 GB each)
     for ids in prompt_ids.values():
         reference_logits(hf, model, ids, keep=True)
-    hf.release_forward(model)
-    gc.collect()
-    return_freed_memory_to_the_system()
+    release_forward_weights(hf, model)
     for prompt_id, ids in prompt_ids.items():
         cmp = logit_metrics.compare_full(
             reference_logits(hf, model, ids), OracleEngine().logits(model, ids), tie_margin=2 * tol

@@ -4,7 +4,6 @@ cases whose known answers follow from the agreed stream and the documented rules
 
 from __future__ import annotations
 
-import gc
 import itertools
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from specgate import snapshots
 from specgate.checks import generate as generate_checks
 from specgate.gate import first_difference, first_divergence
 from specgate.models import has_weights
-from tests.memory_profile import return_freed_memory_to_the_system
+from tests.memory_profile import release_forward_weights
 
 try:
     import tomllib
@@ -152,9 +151,7 @@ def test_record_generate(request, reference, model_id, model):
         by_reference[name] = {
             p: reference_stream(engine.generate(model, ids, GREEDY)) for p, ids in prompts.items()
         }
-        engine.release_forward(model)
-        gc.collect()
-        return_freed_memory_to_the_system()
+        release_forward_weights(engine, model)
     cases: dict[str, Any] = {}
     for name, ids in prompts.items():
         streams = {reference_name: streams[name] for reference_name, streams in by_reference.items()}

@@ -5,7 +5,6 @@ dequantized weights — the tight reference) and of llama.cpp (the loose one).""
 
 from __future__ import annotations
 
-import gc
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from specgate.checks.logits import logits_drift
 from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
 from specgate.plugin import get_model, model_missing
 from tests.live_logits import forget_logits, reference_logits
-from tests.memory_profile import return_freed_memory_to_the_system
+from tests.memory_profile import release_forward_weights
 
 pytestmark = pytest.mark.live
 
@@ -39,9 +38,7 @@ def test_record_logits(request, reference, forward_model_id):
     # kept on disk; then llama.cpp's context (for the 0.5B the two together were 5.5 GB).
     for _prompt, ids in prompts.values():
         reference_logits(hf, model, ids, keep=True)
-    hf.release_forward(model)
-    gc.collect()
-    return_freed_memory_to_the_system()
+    release_forward_weights(hf, model)
     cases: dict[str, Any] = {}
     drifts: dict[str, str | None] = {}
     for prompt_id, (prompt, ids) in prompts.items():

@@ -27,7 +27,7 @@ from impl.oracle import OracleEngine
 from impl.registry import resolve
 from specgate import models as model_cache
 from specgate import triage
-from specgate.plugin import model_missing
+from specgate.plugin import model_missing, setup_missing
 from specgate.search import confirm, report
 from specgate.search.run import search_stage
 from specgate.search.session import run_search
@@ -357,9 +357,7 @@ def test_usage_errors_are_one_line(args: list[str], message: str, tmp_path: Path
 
 
 @pytest.mark.live  # asks llama.cpp and HF tokenizers themselves
-def test_unicode_version_skew_is_a_reference_disagreement(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
+def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> None:
     """U+125F1 is unassigned in Python's and regex's Unicode data, a letter in llama.cpp's
     tables: whoever the references side with, the tokenizer stage's skew rule makes such
     an encode divergence a reference disagreement (found by the search against tokie)."""
@@ -369,11 +367,10 @@ def test_unicode_version_skew_is_a_reference_disagreement(
     refs = confirm.References()
     try:
         engine = refs.get("llamacpp")  # an engine with llama.cpp's tables: both references side with it
-        if isinstance(engine, str):  # nox -s live installs it: there a missing reference fails
-            missing = f"the llama.cpp reference is not available: {engine}"
-            if request.config.getoption("--live-references"):
-                pytest.fail(missing, pytrace=False)
-            pytest.skip(missing)
+        if isinstance(engine, str):
+            setup_missing(
+                f"the llama.cpp reference is not available: {engine}", remedy="nox -s live installs it"
+            )
         verdict = confirm.confirm(STAGES["encode"], model, inp, engine, OracleEngine(), refs)
     finally:
         refs.close()
