@@ -119,10 +119,10 @@ class HFEngine(Engine):
 
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Drop ``model``'s transformers weights (every model's when ``None``)."""
-        forward = self._loaded["forward"]
-        for key in forward.loaded_keys():
-            if model is None or key == str(model.gguf):
-                forward.drop(key)
+        if model is None:
+            self._loaded["forward"].clear()
+        else:
+            self._loaded["forward"].drop(str(model.gguf))
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:

@@ -85,9 +85,10 @@ class LlamaCppEngine(Engine):
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Close ``model``'s full-weights context (every model's when ``None``): its logits
         buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""
-        for key in self._full_contexts.loaded_keys():
-            if model is None or key == str(model.gguf):
-                self._full_contexts.drop(key)
+        if model is None:
+            self._full_contexts.clear()
+        else:
+            self._full_contexts.drop(str(model.gguf))
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
