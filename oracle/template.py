@@ -35,6 +35,7 @@ import hashlib
 import json
 import re
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -108,7 +109,10 @@ class ChatMLFallbackNotice(UserWarning):
 # compiling, and turning jinja2's failures into refusals that name line and construct
 
 _ENVIRONMENT: TemplateSandbox | None = None
-_compiled: dict[tuple[int, str], jinja2.Template] = {}
+#: Compiled templates, least recently used first, at most ``COMPILED_LIMIT`` of them: a
+#: model has one template, but the differential search feeds generated ones without end.
+COMPILED_LIMIT = 64
+_compiled: OrderedDict[tuple[int, str], jinja2.Template] = OrderedDict()
 
 
 def environment() -> jinja2.Environment:
@@ -120,23 +124,28 @@ def environment() -> jinja2.Environment:
 
 
 def compile_template(source: str) -> jinja2.Template:
-    """Compile ``source`` (cached), or raise ``TemplateRefusal``."""
+    """Compile ``source`` (the last ``COMPILED_LIMIT`` cached), or raise ``TemplateRefusal``."""
     env = environment()
     key = (id(env), source)
-    if key not in _compiled:
-        try:
-            _compiled[key] = env.from_string(source)
-        except StaticRefusal as exc:
-            raise TemplateRefusal(exc.construct, exc.detail, exc.lineno, source) from None
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateRefusal(
-                _syntax_construct(exc.message or ""), exc.message or "syntax error", exc.lineno, source
-            ) from None
-        except (SyntaxError, RecursionError, MemoryError) as exc:  # the source bounds should prevent these
-            raise TemplateRefusal(
-                "compile", f"{type(exc).__name__} while compiling: {exc}", None, source
-            ) from None
-    return _compiled[key]
+    if key in _compiled:
+        _compiled.move_to_end(key)
+        return _compiled[key]
+    try:
+        compiled = env.from_string(source)
+    except StaticRefusal as exc:
+        raise TemplateRefusal(exc.construct, exc.detail, exc.lineno, source) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateRefusal(
+            _syntax_construct(exc.message or ""), exc.message or "syntax error", exc.lineno, source
+        ) from None
+    except (SyntaxError, RecursionError, MemoryError) as exc:  # the source bounds should prevent these
+        raise TemplateRefusal(
+            "compile", f"{type(exc).__name__} while compiling: {exc}", None, source
+        ) from None
+    _compiled[key] = compiled
+    while len(_compiled) > COMPILED_LIMIT:
+        _compiled.popitem(last=False)
+    return compiled
 
 
 def _syntax_construct(message: str) -> str:

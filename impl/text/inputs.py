@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import struct
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,7 @@ def gguf_string(path: Path, key: str) -> str | None:
     return None
 
 
-@cache
+@lru_cache(maxsize=1)  # one file
 def _patterns() -> dict[str, Any]:
     return json.loads((CORPUS / "pretokenizer_patterns.json").read_text(encoding="utf-8"))
 
@@ -99,12 +99,12 @@ def pattern_source(pre: str) -> dict[str, str]:
     return data["patterns"][rule]
 
 
-@cache
+@lru_cache(maxsize=16)
 def _pre_of(path: Path) -> str | None:
     return gguf_string(path, "tokenizer.ggml.pre")
 
 
-@cache
+@lru_cache(maxsize=4)  # one pattern per pre-tokenizer rule
 def _compiled(pattern: str) -> Any:
     import regex
 

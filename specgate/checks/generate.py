@@ -205,7 +205,7 @@ def replay_stop_logic(
     return check_chunks(got)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=4)  # the models a run walks one after another; each holds a vocabulary
 def oracle_pieces(model: Any) -> tuple[Any, tuple[int, int]]:
     """(piece, stop tokens) of the model's vocabulary, read by the oracle (for the
     stop-logic replay only: the engine's stream is never compared with the oracle's)."""

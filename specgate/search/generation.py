@@ -31,8 +31,6 @@ GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}
 SPECIAL_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "stops" / "generate.toml"
 
-_continuations: dict[tuple[str, tuple[int, ...]], list[bytes]] = {}
-
 
 def prompt_texts(model_id: str) -> list[str]:
     """The generate corpus's prompt texts that apply to ``model_id``."""
@@ -45,12 +43,10 @@ def prompt_texts(model_id: str) -> list[str]:
 
 
 def continuation(model: Any, oracle: Any, prompt: list[int]) -> list[bytes]:
-    """The pieces of the oracle's greedy continuation of ``prompt`` (cached)."""
-    key = (str(model.gguf), tuple(prompt))
-    if key not in _continuations:
-        result = oracle.generate(model, prompt, {**GREEDY, "max_tokens": MAX_TOKENS})
-        _continuations[key] = [oracle.decode(model, [t]) for t in result["ids"]]
-    return _continuations[key]
+    """The pieces of the oracle's greedy continuation of ``prompt`` (computed once per
+    prompt when a stage's strategy is built: a few tokens of a tiny model)."""
+    result = oracle.generate(model, prompt, {**GREEDY, "max_tokens": MAX_TOKENS})
+    return [oracle.decode(model, [t]) for t in result["ids"]]
 
 
 def straddling_stops(pieces: list[bytes]) -> list[str]:
