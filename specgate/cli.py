@@ -9,6 +9,7 @@ specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a mod
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
+specgate report diff OLD NEW     what changed between two runs' JSON reports (exit 1 if something newly fails)
 specgate search --impl NAME      differential search beyond the corpus [--stages --models --budget --seed]
 """
 
@@ -152,10 +153,14 @@ def _repro(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON report."""
+    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON report;
+    ``report diff``: two runs compared."""
     from pathlib import Path
 
     from specgate import report
+
+    if args.action == "diff":
+        return _report_diff(args)
 
     try:
         merged = report.merge([Path(p) for p in args.files])
@@ -169,6 +174,27 @@ def _report(args: argparse.Namespace) -> int:
     for path in report.write_reports(merged, args.out):
         print(f"report: {path}")
     return 1 if merged.verdict or any(r.outcome in ("fail", "error") for r in merged.records) else 0
+
+
+def _report_diff(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specgate import files, report_diff
+
+    if len(args.files) != 2:
+        print("specgate: report diff takes two JSON reports: OLD NEW", file=sys.stderr)
+        return 4
+    try:
+        old, new = (report_diff.read_report(Path(p)) for p in args.files)
+    except report_diff.DiffError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
+    result = report_diff.diff(old, new)
+    summary = report_diff.markdown(result)
+    print(summary, end="")
+    if args.markdown:
+        files.write_text(Path(args.markdown), summary)
+    return 1 if result.regressed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--impl", required=True)
     r.set_defaults(func=_repro)
     rp = sub.add_parser("report", help="parity reports")
-    rp.add_argument("action", choices=["merge"])
-    rp.add_argument("files", nargs="+", help="the shards' JSON reports (parity-*-shard-I-of-N.json)")
+    rp.add_argument("action", choices=["merge", "diff"])
+    rp.add_argument("files", nargs="+", help="merge: the shards' JSON reports; diff: OLD.json NEW.json")
     rp.add_argument("--out", default="reports", help="where the merged report is written")
+    rp.add_argument("--markdown", help="diff: also write the summary to this file (a pull-request comment)")
     rp.set_defaults(func=_report)
     from specgate.search.cli import add_parser as add_search_parser
 
