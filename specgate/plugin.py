@@ -194,6 +194,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from specgate import snapshots
 
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
+    config.addinivalue_line(
+        "markers",
+        "applies_to(predicate): run a model_id / forward_model_id test only for the selected models "
+        "the predicate accepts (a parametrization that can never apply is not generated)",
+    )
     config.stash[SESSION] = SpecgateSession(
         impl=config.getoption("--impl"),
         strict=strict_mode(config),
@@ -449,7 +454,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A gate (``gate`` marker, ``case_id`` argument) runs once per snapshot case of each
     selected model (``gate_params``), and once per conformance class in the classed
     stages. Other tests taking ``model_id`` run once per selected model, those taking
-    ``forward_model_id`` once per selected model with weights."""
+    ``forward_model_id`` once per selected model with weights; an ``applies_to(predicate)``
+    marker keeps the models its predicate accepts (no parametrization that would only skip)."""
     names = set(metafunc.fixturenames)
     gate = metafunc.definition.get_closest_marker("gate")
     if gate is not None and "case_id" in names:
@@ -457,13 +463,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if gate.args[0] in CLASSED_STAGES:  # the class varies fastest: both classes share one answer
             metafunc.parametrize("conformance_class", CONFORMANCE_CLASSES)
     elif "forward_model_id" in names:  # the logits references: the models with weights
-        metafunc.parametrize("forward_model_id", forward_models(metafunc.config))
+        metafunc.parametrize("forward_model_id", applicable(metafunc, forward_models(metafunc.config)))
     elif (
         "model_id" in names
         and "case_id" not in names
         and not any("model_id" in m.args[0] for m in metafunc.definition.iter_markers("parametrize"))
     ):
-        metafunc.parametrize("model_id", selected_models(metafunc.config))
+        metafunc.parametrize("model_id", applicable(metafunc, selected_models(metafunc.config)))
+
+
+def applicable(metafunc: pytest.Metafunc, model_ids: list[str]) -> list[str]:
+    """The ``model_ids`` every ``applies_to`` marker of the test accepts."""
+    for marker in metafunc.definition.iter_markers("applies_to"):
+        model_ids = [m for m in model_ids if marker.args[0](m)]
+    return model_ids
 
 
 def get_model(spec: str) -> ModelRef:

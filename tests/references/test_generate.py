@@ -13,7 +13,8 @@ import pytest
 from specgate import snapshots
 from specgate.checks import generate as generate_checks
 from specgate.gate import first_difference, first_divergence
-from specgate.models import has_weights
+from specgate.models import is_known_id, load_manifest
+from specgate.plugin import has_weights as has_weights_by_id
 from tests.memory_profile import release_forward_weights
 
 try:
@@ -131,11 +132,14 @@ def stop_case(
     }
 
 
+def recorded_here(model_id: str) -> bool:
+    """This stage's recorded models, and a user's own GGUF, when they have weights."""
+    listed = model_id in CORPUS["models"] or not is_known_id(model_id)
+    return listed and has_weights_by_id(model_id, load_manifest())
+
+
+@pytest.mark.applies_to.with_args(recorded_here)
 def test_record_generate(request, reference, model_id, model):
-    if model.id not in CORPUS["models"] and model.role != "user":
-        pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(CORPUS['models'])})")
-    if not has_weights(model):
-        pytest.skip(f"{model_id} has no weights to generate with")
     llama, hf = reference("llamacpp"), reference("hf")
     vocab = llama.llama(model, vocab_only=True)
     tolerance = generate_checks.tie_tolerance(model.id, "llamacpp")

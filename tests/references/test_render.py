@@ -25,23 +25,20 @@ import pytest
 
 from impl.protocol import Unsupported
 from specgate import corpus, snapshots
-from specgate.models import has_chat_template
+from specgate.models import has_chat_template, is_known_id
 from specgate.plugin import get_model
 
-pytestmark = pytest.mark.live
+
+def ships_a_template(model_id: str) -> bool:
+    """A template model, or a user's own GGUF (``--model PATH``) carrying ``tokenizer.chat_template``."""
+    return model_id in corpus.TEMPLATE_MODELS or (
+        not is_known_id(model_id) and has_chat_template(get_model(model_id))
+    )
+
+
+pytestmark = [pytest.mark.live, pytest.mark.applies_to.with_args(ships_a_template)]
 
 HF_WHAT = "transformers apply_chat_template(tokenize=False) with the model's own template"
-
-
-@pytest.fixture
-def model(model_id):
-    """The model, when it ships a chat template: a template model, or a user's own GGUF
-    (``--model PATH``) that carries ``tokenizer.chat_template``. The plugin runs these
-    tests once per selected model."""
-    ref = get_model(model_id)
-    if model_id not in corpus.TEMPLATE_MODELS and not has_chat_template(ref):
-        pytest.skip(f"{model_id} is neither a template model nor a user's GGUF carrying a chat template")
-    return ref
 
 
 def _sha256(text: str) -> str:

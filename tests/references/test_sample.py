@@ -18,7 +18,8 @@ import pytest
 
 from specgate import snapshots
 from specgate.checks import sample as sample_checks
-from specgate.models import has_weights
+from specgate.models import is_known_id, load_manifest
+from specgate.plugin import has_weights as has_weights_by_id
 
 try:
     import tomllib
@@ -114,11 +115,14 @@ def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> 
     return case
 
 
+def recorded_here(model_id: str) -> bool:
+    """This stage's recorded models, and a user's own GGUF, when they have weights."""
+    listed = model_id in WINDOWS["models"] or not is_known_id(model_id)
+    return listed and has_weights_by_id(model_id, load_manifest())
+
+
+@pytest.mark.applies_to.with_args(recorded_here)
 def test_record_sample(request, reference, model_id, model):
-    if model.id not in WINDOWS["models"] and model.role != "user":
-        pytest.skip(f"{model_id} is not one of this stage's recorded models ({', '.join(WINDOWS['models'])})")
-    if not has_weights(model):
-        pytest.skip(f"{model_id} has no weights: no logits to sample from")
     llama = reference("llamacpp")
     if snapshots.recording(request):
         inputs = {name: compact(x, WINDOWS["keep"]) for name, x in model_windows(llama, model).items()}

@@ -32,17 +32,16 @@ from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
 from specgate.corpus import MODES, TOKENIZER_MODELS, decode_cases, tokenizer_texts
 from specgate.gate import first_difference, first_divergence
-from specgate.plugin import get_model
-
-pytestmark = pytest.mark.live
-PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
+from specgate.models import is_known_id
 
 
-@pytest.fixture(autouse=True)
-def _vocabulary_models_only(model_id: str) -> None:
+def has_a_vocabulary(model_id: str) -> bool:
     """The manifest's vocabulary models, and a user's own GGUF (every GGUF has a vocabulary)."""
-    if model_id not in TOKENIZER_MODELS and get_model(model_id).role != "user":
-        pytest.skip(f"{model_id} is not one of the tokenizer stage's vocabulary models")
+    return model_id in TOKENIZER_MODELS or not is_known_id(model_id)
+
+
+pytestmark = [pytest.mark.live, pytest.mark.applies_to.with_args(has_a_vocabulary)]
+PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end inside a character
 
 
 _encoded: dict[str, dict[str, Any]] = {}
