@@ -26,7 +26,7 @@ Every class starts some arm, so the pieces always tile the text exactly.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import regex
@@ -177,10 +177,11 @@ def whitespace(text: str, cls: str, i: int) -> int | None:
 ARMS: tuple[Arm, ...] = (contraction, word, digit, punctuation, line_breaks, trailing_space, whitespace)
 
 
-def split(text: str, rule: Rule) -> list[str]:
-    """The pieces of ``text`` under ``rule``; they concatenate back to ``text``."""
+def split(text: str, rule: Rule, arms: Sequence[Arm] | None = None) -> list[str]:
+    """The pieces of ``text`` under ``rule``; they concatenate back to ``text``.
+    ``arms`` replaces the pattern's alternatives (``ARMS``), e.g. to try a deviation."""
     cls = text.translate(rule.classes)
-    arms_for = {c: [arm for arm in ARMS if c in arm.starts_on] for c in "LNPSWR"}
+    arms_for = {c: [arm for arm in (ARMS if arms is None else arms) if c in arm.starts_on] for c in "LNPSWR"}
     pieces = []
     i, n = 0, len(text)
     while i < n:

@@ -91,6 +91,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(0: no reproducers; default 120)",
     )
     group.addoption(
+        "--diagnose-budget",
+        type=float,
+        default=60.0,
+        help="seconds spent in total after the run putting failing tokenizer cases to the engine again and "
+        "to the diagnosis catalogue's hypotheses, to name their causes (0: no diagnoses; default 60)",
+    )
+    group.addoption(
         "--shrink-group-budget", type=float, default=20.0, help="seconds of shrinking per group (default 20)"
     )
     add_snapshot_dir_option(group)
@@ -697,21 +704,22 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
 
     from specgate import report, triage
 
-    state.groups = triage.group_records(state.records)
-    if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
-        return
     start = time.monotonic()
-    triage.shrink_groups(
-        state.groups,
+    state.groups = triage.examine(
+        state.records,
         state.impl,
         Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard),
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
+        diagnose_budget=config.getoption("--diagnose-budget"),
     )
+    if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
+        return
     made = sum(g.reproducer is not None for g in state.groups)
+    named = sum(bool(g.diagnosis) for g in state.groups)
     terminalreporter.write_line(
-        f"specgate: {len(state.groups)} root-cause groups, {made} minimized reproducers "
-        f"({time.monotonic() - start:.1f} s of shrinking)"
+        f"specgate: {len(state.groups)} root-cause groups, {named} with a diagnosed cause, {made} minimized "
+        f"reproducers ({time.monotonic() - start:.1f} s of diagnosing and shrinking)"
     )
 
 

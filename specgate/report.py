@@ -143,10 +143,12 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     """One root-cause group: its size and signature, its first three cases, its first
     full message and its reproducer (or why there is none)."""
     cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
+    cause = group.get("diagnosis")
     lines = [
-        f"### {group['outcome']}: {group['stage']} · {cases} (group {number})",
+        f"### {group['outcome']}: {group['stage']} · {cases} (group {number})"
+        + (f" — the engine {cause}" if cause else ""),
         "",
-        f"signature: `{group['signature']}`  ",
+        *([f"**Diagnosis:** {group['evidence']}.  "] if cause else [f"signature: `{group['signature']}`  "]),
         f"models: {', '.join(group['models'])}; first cases:",
         *[f"- `{nodeid}`" for nodeid in group["first_cases"]],
         "",

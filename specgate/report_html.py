@@ -125,6 +125,11 @@ def _group(number: int, group: dict[str, Any]) -> str:
         f'data-outcome="{escape(group["outcome"])}" data-models="{escape(" ".join(group["models"]))}">',
         f'<h3>{number}. <span class="group-count">{group["count"]}</span>× {escape(group["outcome"])} — '
         f"{escape(group['signature'])}</h3>",
+        *(
+            [f'<div class="diagnosis"><b>Diagnosis:</b> {escape(group["evidence"])}.</div>']
+            if group.get("diagnosis")
+            else []
+        ),
         f'<div class="note">models: {escape(", ".join(group["models"]))}; first cases:</div><ul>{cases}</ul>',
         f"<pre>{visible(group['first_message'].strip()[:4000])}</pre>",
     ]

@@ -110,6 +110,14 @@ class Group:
     reproducer: dict[str, Any] | None = None
     reproducer_path: str | None = None
     shrink_note: str = ""  # why there is no reproducer, when there is none
+    diagnosis: str = ""  # the named cause (``specgate.diagnose``), when a hypothesis reproduces the answers
+    evidence: str = ""  # how many failing cases the deviated reference reproduces
+
+    @property
+    def divergence_signature(self) -> str:
+        """What a shrunk input must still show: the group's signature, or for a diagnosed
+        group (named by its cause) the message signature of its first case."""
+        return record_signature(self.records[0]) if self.diagnosis else self.signature
 
     @property
     def id(self) -> str:
@@ -131,16 +139,28 @@ class Group:
             "reproducer_file": self.reproducer_path,
             "reproducer": self.reproducer,
             "shrink_note": self.shrink_note,
+            "diagnosis": self.diagnosis,
+            "evidence": self.evidence,
         }
 
 
-def group_records(records: Sequence[Any]) -> list[Group]:
-    """The grouped outcomes' records by signature, largest group first (ties by signature)."""
+def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list[Group]:
+    """The diagnosed causes first (``specgate.diagnose``: one group per named cause and
+    row, largest first), then the other grouped outcomes' records by signature, largest
+    group first (ties by signature)."""
+    diagnosed = [
+        Group(f"{d.stage} · fail · the engine {d.cause}", list(d.records), diagnosis=d.cause, evidence=d.evidence)
+        for d in diagnoses
+    ]  # fmt: skip
+    explained = {r.nodeid for g in diagnosed for r in g.records}
     groups: dict[str, list[Any]] = {}
     for record in records:
-        if record.outcome in GROUPED_OUTCOMES:
+        if record.outcome in GROUPED_OUTCOMES and record.nodeid not in explained:
             groups.setdefault(record_signature(record), []).append(record)
-    return [Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    by_signature = [
+        Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    return [*diagnosed, *by_signature]
 
 
 # ---------------------------------------------------------------------------
@@ -519,7 +539,7 @@ class Shrinker:
                 checks[0] += 1
                 verdict = recheck(stage, self.engine, self.oracle, model, candidate)
                 seen[key] = verdict.outcome == record.outcome and (
-                    signature(stage, verdict.outcome, verdict.message) == group.signature
+                    signature(stage, verdict.outcome, verdict.message) == group.divergence_signature
                 )
             return seen[key]
 
@@ -540,7 +560,7 @@ class Shrinker:
         final = recheck(stage, self.engine, self.oracle, model, small)
         return {
             "group": group.id,
-            "signature": group.signature,
+            "signature": group.divergence_signature,
             "stage": stage,
             "model": record.model,
             "original_case": record.nodeid,
@@ -562,17 +582,49 @@ class Shrinker:
         }
 
 
+def examine(
+    records: Sequence[Any],
+    impl: str,
+    repro_dir: Path,
+    group_budget: float = DEFAULT_GROUP_BUDGET,
+    total_budget: float = DEFAULT_TOTAL_BUDGET,
+    diagnose_budget: float = 60.0,
+) -> list[Group]:
+    """A run's findings as root-cause groups: the failing cases diagnosed
+    (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
+    group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
+    run's own engine has been shut down with the session's fixtures by then)."""
+    from specgate.diagnose.run import STAGES, Diagnoser
+
+    diagnosable = diagnose_budget > 0 and any(r.outcome == "fail" and r.stage in STAGES for r in records)
+    shrinkable = total_budget > 0 and any(r.outcome in SHRUNK_OUTCOMES for r in records)
+    if not (diagnosable or shrinkable):
+        groups = group_records(records)
+        shrink_groups(groups, impl, repro_dir, group_budget, total_budget)  # notes why nothing is shrunk
+        return groups
+    from impl.registry import resolve
+
+    engine = resolve(impl)
+    try:
+        diagnoses = Diagnoser(engine, diagnose_budget).diagnose(records) if diagnosable else []
+        groups = group_records(records, diagnoses)
+        shrink_groups(groups, impl, repro_dir, group_budget, total_budget, engine=engine)
+    finally:
+        engine.close()
+    return groups
+
+
 def shrink_groups(
     groups: list[Group],
     impl: str,
     repro_dir: Path,
     group_budget: float = DEFAULT_GROUP_BUDGET,
     total_budget: float = DEFAULT_TOTAL_BUDGET,
+    engine: Any = None,
 ) -> None:
     """A reproducer for each group that has a divergence to shrink, written to
-    ``repro_dir/<group id>.json`` (the group records its path). A fresh engine of
-    ``impl`` is started for it and closed after: the run's own engine has been shut
-    down with the session's fixtures by then."""
+    ``repro_dir/<group id>.json`` (the group records its path), against ``engine`` or
+    else a fresh engine of ``impl`` started for it and closed after."""
     if total_budget <= 0:
         for g in groups:
             g.shrink_note = "shrinking disabled (--shrink-budget 0)"
@@ -582,7 +634,8 @@ def shrink_groups(
     from impl.oracle import OracleEngine
     from impl.registry import resolve
 
-    engine = resolve(impl)
+    own = engine is None
+    engine = resolve(impl) if own else engine
     try:
         shrinker = Shrinker(engine, OracleEngine(), group_budget, total_budget)
         for group in groups:
@@ -599,7 +652,8 @@ def shrink_groups(
                 files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
                 group.reproducer_path = str(path)
     finally:
-        engine.close()
+        if own:
+            engine.close()
 
 
 # ---------------------------------------------------------------------------

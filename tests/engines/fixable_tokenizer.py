@@ -1,11 +1,10 @@
-"""An engine whose defects are chosen on its command line, to gate it before and after a
-fix (``specgate report diff``): the oracle served over PROTOCOL.md with
+"""A tokenizer engine whose defects are chosen on its command line: the oracle served
+over PROTOCOL.md with classic tokenizer bugs planted, to gate it before and after a fix
+(``specgate report diff``) and to check that each diagnosis of ``specgate.diagnose``
+names its own bug and not a look-alike. The plants are written here, independently of
+the diagnosis catalogue.
 
-* ``lookahead`` — the pre-tokenizer without the ``\\s+(?!\\S)`` arm (a whitespace run
-  before a word is taken whole);
-* ``nfc`` — every text NFC-normalized before it is split or encoded.
-
-    python tests/engines/fixable_tokenizer.py [--defects lookahead,nfc]
+    python tests/engines/fixable_tokenizer.py [--defects nfc,lookahead,...]
 """
 
 from __future__ import annotations
@@ -14,22 +13,105 @@ import argparse
 import sys
 import unicodedata
 
+from impl.oracle import OracleEngine
 from impl.process.server import serve
 from oracle import pretokenize
 from oracle.tokenizer import Tokenizer
 
 
-def plant_lookahead() -> None:
-    pretokenize.ARMS = tuple(arm for arm in pretokenize.ARMS if arm is not pretokenize.trailing_space)
-
-
-def plant_nfc() -> None:
+def normalizing(form: str) -> None:
     encode, split = Tokenizer.encode, Tokenizer.split
-    Tokenizer.encode = lambda self, text, *a, **k: encode(self, unicodedata.normalize("NFC", text), *a, **k)
-    Tokenizer.split = lambda self, text, *a, **k: split(self, unicodedata.normalize("NFC", text), *a, **k)
+    Tokenizer.encode = lambda self, text, ps: encode(self, unicodedata.normalize(form, text), ps)
+    Tokenizer.split = lambda self, text: split(self, unicodedata.normalize(form, text))
 
 
-DEFECTS = {"lookahead": plant_lookahead, "nfc": plant_nfc}
+def replace_arm(old, new) -> None:
+    if new is not None:
+        new.starts_on = old.starts_on
+    pretokenize.ARMS = tuple(
+        new if a is old else a for a in pretokenize.ARMS if not (a is old and new is None)
+    )
+
+
+def digits_up_to(n: int):
+    def digits(text, cls, i):
+        if cls[i] != "N":
+            return None
+        end = i
+        while end < len(cls) and end - i < n and cls[end] == "N":
+            end += 1
+        return end
+
+    return digits
+
+
+def case_sensitive_contraction(text, cls, i):
+    if text[i] != "'":
+        return None
+    return next(
+        (i + 1 + len(s) for s in ("s", "t", "re", "ve", "m", "ll", "d") if text.startswith(s, i + 1)), None
+    )
+
+
+def wrap_encode(change) -> None:
+    encode = OracleEngine.encode
+    OracleEngine.encode = lambda self, model, text, ps: change(self, model, text, ps, encode)
+
+
+def special_ids(self, model):
+    from oracle.dispatch import dispatch
+    from oracle.gguf import open_gguf
+
+    return dispatch(open_gguf(model.gguf, header_only=True)).special
+
+
+def wrap_decode(change) -> None:
+    decode = Tokenizer.decode_bytes
+    Tokenizer.decode_bytes = lambda self, ids: change(self, list(ids), decode)
+
+
+def pieces(self, ids, decode, keep):
+    return b"".join(decode(self, [i]) for i in ids if 0 <= i < len(self.tokens) and keep(self, i))
+
+
+DEFECTS = {
+    "nfc": lambda: normalizing("NFC"),
+    "nfkc": lambda: normalizing("NFKC"),
+    "lookahead": lambda: replace_arm(pretokenize.trailing_space, None),
+    "digits3": lambda: replace_arm(pretokenize.digit, digits_up_to(3)),
+    "digits2": lambda: replace_arm(pretokenize.digit, digits_up_to(2)),  # a look-alike of digits3
+    "contractions_case": lambda: replace_arm(pretokenize.contraction, case_sensitive_contraction),
+    "specials_in_plain": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, True)),
+    "specials_ignored": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, False)),
+    "bos": lambda: wrap_encode(
+        lambda self, m, text, ps, enc: [special_ids(self, m).bos, *enc(self, m, text, ps)]
+    ),
+    # a look-alike of bos: a BOS only when specials are parsed
+    "bos_when_parsing": lambda: wrap_encode(
+        lambda self, m, text, ps, enc: [special_ids(self, m).bos] * ps + enc(self, m, text, ps)
+    ),
+    "eos": lambda: wrap_encode(
+        lambda self, m, text, ps, enc: [*enc(self, m, text, ps), special_ids(self, m).eos]
+    ),
+    "fffd": lambda: wrap_decode(
+        lambda self, ids, dec: dec(self, ids).decode("utf-8", "replace").encode("utf-8")
+    ),
+    "unused_text": lambda: wrap_decode(
+        lambda self, ids, dec: b"".join(
+            self.tokens[i].encode() if i in self.silent else dec(self, [i])
+            for i in ids
+            if 0 <= i < len(self.tokens)
+        )
+    ),
+    "control_dropped": lambda: wrap_decode(
+        lambda self, ids, dec: pieces(
+            self,
+            ids,
+            dec,
+            lambda tok, i: i not in set(tok.parsed.ids.values()) - set(tok.always.ids.values()),
+        )
+    ),
+}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

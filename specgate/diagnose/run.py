@@ -1,0 +1,211 @@
+"""Diagnosing a run's failing cases.
+
+For each (stage, model) row with failing cases of a stage the catalogue covers:
+
+1. the failing cases are put to the engine again (a fresh engine, within the budget);
+2. a hypothesis *explains* a case when the deviated oracle gives exactly the engine's
+   answer there and not the reference's; a pair of hypotheses explains it when both
+   deviations together do (an engine with two defects);
+3. a hypothesis is *contradicted* by a case on which its deviation shows (its answer is
+   not the reference's) but the engine's answer is neither its answer nor the answer of
+   it with another hypothesis — a passing case on which it shows contradicts it too;
+4. a hypothesis that explains at least one case and is contradicted by none is a
+   diagnosis. Its group takes the cases it explains alone, greedily (the diagnosis
+   explaining the most remaining cases first), so a look-alike keeps only cases nothing
+   better explains; the cases only a pair explains form the pair's group.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specgate.diagnose import tokenizer
+from specgate.diagnose.tokenizer import Hypothesis
+
+#: Stages with a catalogue.
+STAGES = ("split", "encode", "decode")
+MAX_CASES_PER_ROW = 200  # failing cases of one (stage, model) put to the engine again
+MAX_UNANSWERED = 3  # consecutive cases the engine does not answer before the row is left
+DEFAULT_BUDGET = 60.0  # seconds of diagnosing per run (an engine call already started finishes)
+
+
+@dataclass
+class Diagnosis:
+    stage: str
+    model: str
+    hypotheses: tuple[Hypothesis, ...]  # one, or two whose deviations together explain the cases
+    records: list[Any]
+    examined: int  # failing cases of the row whose engine answer was compared
+    failing: int  # failing cases of the row
+
+    @property
+    def cause(self) -> str:
+        return "; and it ".join(h.cause for h in self.hypotheses)
+
+    @property
+    def name(self) -> str:
+        return "+".join(h.name for h in self.hypotheses)
+
+    @property
+    def evidence(self) -> str:
+        scope = f"{len(self.records)} of {self.failing} failing {self.stage} cases of {self.model}"
+        if self.examined < self.failing:
+            scope += f" ({self.examined} put to the engine again)"
+        return (
+            f"{scope} equal the GGUF pipeline's answer (the oracle, which agrees with the references) "
+            f"when it {self.cause}"
+        )
+
+
+@dataclass
+class _Case:
+    record: Any
+    inp: dict[str, Any]
+    truth: Any
+    got: Any = None  # the engine's answer (failing cases)
+
+
+@dataclass
+class Diagnoser:
+    engine: Any
+    budget: float = DEFAULT_BUDGET
+    clock: Callable[[], float] = time.monotonic
+    notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
+
+    def engine_answer(self, stage: str, model: Any, inp: dict[str, Any]) -> Any:
+        from specgate.gate import call
+
+        if stage == "split":
+            return list(call(self.engine, "split", model, inp["text"]))
+        if stage == "encode":
+            return list(call(self.engine, "encode", model, inp["text"], inp["parse_special"]))
+        return bytes(call(self.engine, "decode", model, inp["ids"]))
+
+    def diagnose(self, records: Sequence[Any]) -> list[Diagnosis]:
+        """The diagnoses of the failing records, largest first."""
+        deadline = self.clock() + self.budget
+        rows: dict[tuple[str, str], list[Any]] = {}
+        for r in records:
+            if r.stage in STAGES and r.outcome in ("fail", "pass"):
+                rows.setdefault((r.stage, r.model), []).append(r)
+        found: list[Diagnosis] = []
+        for (stage, model_id), row in rows.items():
+            if not any(r.outcome == "fail" for r in row):
+                continue
+            if self.clock() > deadline:
+                self.notes.append(
+                    f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) is spent"
+                )
+                continue
+            try:
+                found += self._row(stage, model_id, row, deadline)
+            except Exception as exc:  # a diagnosis is a courtesy: the verdict stands without it
+                self.notes.append(
+                    f"{stage} · {model_id}: not diagnosed ({type(exc).__name__}: {str(exc)[:200]})"
+                )
+        return sorted(found, key=lambda d: (-len(d.records), d.stage, d.model, d.name))
+
+    def _row(self, stage: str, model_id: str, row: list[Any], deadline: float) -> list[Diagnosis]:
+        from specgate.triage import case_input, model_for
+
+        model = model_for(model_id)
+        m = tokenizer.model_tokenizer(model.gguf)
+        failing_records = [r for r in row if r.outcome == "fail"]
+        failing, unanswered = [], 0
+        for record in failing_records[:MAX_CASES_PER_ROW]:
+            if self.clock() > deadline or unanswered >= MAX_UNANSWERED:
+                break
+            inp = case_input(record)
+            if inp is None:
+                continue
+            try:
+                got = self.engine_answer(stage, model, inp)
+            except Exception:  # refusals, errors, crashes: nothing to explain
+                unanswered += 1
+                continue
+            unanswered = 0
+            failing.append(_Case(record, inp, tokenizer.answer(stage, m, inp, {}), got))
+        hyps = tokenizer.for_stage(stage)
+
+        def deviated(case: _Case, *hs: Hypothesis) -> Any:
+            knobs = {k: v for h in hs for k, v in h.knobs}
+            if not all(tokenizer.applies(stage, m, case.inp, dict(h.knobs)) for h in hs):
+                return case.truth
+            return tokenizer.answer(stage, m, case.inp, knobs)
+
+        alone = {
+            h: {c.record.nodeid for c in failing if (a := deviated(c, h)) != c.truth and a == c.got}
+            for h in hyps
+        }
+        candidates = [h for h in hyps if alone[h]]
+        pairs = {
+            (h1, h2): {
+                c.record.nodeid for c in failing if (a := deviated(c, h1, h2)) != c.truth and a == c.got
+            }
+            for h1, h2 in itertools.combinations(candidates, 2)
+            if not {k for k, _ in h1.knobs} & {k for k, _ in h2.knobs}
+        }
+        passing = [
+            _Case(r, inp, None) for r in row if r.outcome == "pass" and (inp := case_input(r)) is not None
+        ]
+        diagnosed = []
+        for h in candidates:
+            accounted = alone[h].union(*(ids for pair, ids in pairs.items() if h in pair))
+            shows = [c for c in failing if deviated(c, h) != c.truth]
+            if any(c.record.nodeid not in accounted for c in shows):
+                continue
+            if self._shows_on_a_passing_case(stage, m, h, passing, deadline):
+                continue
+            diagnosed.append(h)
+        return _groups(stage, model_id, diagnosed, alone, pairs, len(failing), len(failing_records), failing)
+
+    def _shows_on_a_passing_case(
+        self, stage: str, m: tokenizer.ModelTokenizer, h: Hypothesis, passing: list[_Case], deadline: float
+    ) -> bool:
+        for case in passing:
+            if self.clock() > deadline:
+                return True  # not shown innocent: no diagnosis rather than a guess
+            if case.truth is None:
+                case.truth = tokenizer.answer(stage, m, case.inp, {})
+            if tokenizer.applies(stage, m, case.inp, dict(h.knobs)) and (
+                tokenizer.answer(stage, m, case.inp, dict(h.knobs)) != case.truth
+            ):
+                return True
+        return False
+
+
+def _groups(
+    stage: str,
+    model: str,
+    diagnosed: list[Hypothesis],
+    alone: dict[Hypothesis, set[str]],
+    pairs: dict[tuple[Hypothesis, Hypothesis], set[str]],
+    examined: int,
+    failing: int,
+    cases: list[_Case],
+) -> list[Diagnosis]:
+    """Each round, the diagnosis explaining the most cases not yet taken takes them
+    (catalogue order at a tie); then the pairs of diagnoses take what only they explain."""
+    record = {c.record.nodeid: c.record for c in cases}
+    taken: set[str] = set()
+    out = []
+    while True:
+        remaining = {h: alone[h] - taken for h in diagnosed}
+        best = max(remaining, key=lambda h: (len(remaining[h]), -diagnosed.index(h)), default=None)
+        if best is None or not remaining[best]:
+            break
+        out.append(
+            Diagnosis(stage, model, (best,), [record[n] for n in sorted(remaining[best])], examined, failing)
+        )
+        taken |= remaining[best]
+    for (h1, h2), ids in pairs.items():
+        if h1 in diagnosed and h2 in diagnosed and ids - taken:
+            out.append(
+                Diagnosis(stage, model, (h1, h2), [record[n] for n in sorted(ids - taken)], examined, failing)
+            )
+            taken |= ids
+    return out

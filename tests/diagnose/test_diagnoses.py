@@ -1,0 +1,70 @@
+"""Every diagnosis of the catalogue names its planted bug, and a look-alike is not
+diagnosed as it.
+
+Each engine is ``tests/engines/fixable_tokenizer.py`` with one or two classic bugs
+planted (written there independently of the catalogue), served as a real ``cmd:``
+process and gated on qwen3-vocab; the report's groups must carry the expected
+diagnoses and none of the forbidden ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specgate.diagnose.tokenizer import CATALOGUE
+from tests.engines.parity_run import run_parity, script_impl
+
+ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
+MODEL = "qwen3-vocab"
+CAUSE = {h.name: h.cause for h in CATALOGUE}
+
+pytestmark = pytest.mark.slow
+
+#: planted defects, stages gated, the diagnoses that must name it, the ones that must not appear
+PLANTED = [
+    ("nfc", "split,encode", {"nfc"}, {"nfkc"}),
+    ("nfkc", "split,encode", {"nfkc"}, {"nfc"}),
+    ("lookahead", "split,encode", {"whitespace_run_whole"}, set()),
+    ("digits3", "split,encode", {"digits_in_threes"}, set()),
+    ("digits2", "split,encode", set(), {"digits_in_threes"}),  # the look-alike: pairs, not threes
+    ("specials_in_plain", "encode", {"specials_in_plain_text"}, {"specials_not_parsed"}),
+    ("specials_ignored", "encode", {"specials_not_parsed"}, {"specials_in_plain_text"}),
+    ("bos", "encode", {"bos_added"}, {"eos_added"}),
+    ("bos_when_parsing", "encode", set(), {"bos_added"}),  # the look-alike: a BOS in one mode only
+    ("eos", "encode", {"eos_added"}, {"bos_added"}),
+    ("fffd", "decode", {"utf8_replacement"}, set()),
+    ("unused_text", "decode", {"unused_as_text"}, set()),
+    ("control_dropped", "decode", {"control_omitted"}, set()),
+    ("nfc,lookahead", "split,encode", {"nfc", "whitespace_run_whole"}, {"nfkc"}),  # two bugs, two causes
+]
+
+
+def test_every_hypothesis_of_the_catalogue_is_planted_here() -> None:
+    assert {name for _, _, named, _ in PLANTED for name in named} == set(CAUSE)
+
+
+@pytest.mark.parametrize(("defects", "stages", "named", "not_named"), PLANTED, ids=[p[0] for p in PLANTED])
+def test_a_planted_bug_is_diagnosed_by_name(
+    tmp_path: Path, defects: str, stages: str, named: set[str], not_named: set[str]
+) -> None:
+    run = run_parity(
+        tmp_path, script_impl(ENGINE, f"--defects={defects}"), stages, MODEL,
+        "--shrink-budget", "0", "--diagnose-budget", "600",
+    )  # fmt: skip
+    assert run.status == 1, run.output[-3000:]
+    groups = run.report["groups"]
+    diagnoses = {g["diagnosis"] for g in groups if g.get("diagnosis")}
+    found = {name for name, cause in CAUSE.items() if any(cause in d for d in diagnoses)}
+    assert found >= named, f"{defects}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
+    assert not found & not_named, f"{defects}: a look-alike was diagnosed: {sorted(found & not_named)}"
+    if not named:
+        assert not (found & not_named)
+    for g in groups:
+        if g.get("diagnosis"):
+            assert (
+                g["evidence"].split(" of ")[0].isdigit()
+                and " equal the GGUF pipeline's answer" in g["evidence"]
+            )
+            assert g["count"] == int(g["evidence"].split(" of ")[0])
