@@ -83,12 +83,11 @@ def record_message(report: Any, message: str) -> str:
     junit): an engine's text reaches no terminal raw and no report in full. pytest's
     own text is left untouched when already small and clean."""
     message = bounded(message)
-    text = report.longreprtext if hasattr(report, "longreprtext") else ""
-    if len(text) <= BOUNDS.record_chars and controls(text) == text:
-        return message
     if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:  # a skip: (path, line, reason)
         path, line, reason = report.longrepr
         report.longrepr = (path, line, controls(bounded(str(reason))))
-    else:
+        return message
+    text = report.longreprtext if report.longrepr is not None else ""
+    if len(text) > BOUNDS.record_chars or controls(text) != text:
         report.longrepr = controls(message or bounded(text))
     return message
