@@ -10,6 +10,7 @@ third-party engine written against PROTOCOL.md):
   width SIZE         logits: full rows of width SIZE
   nan                logits: the top-k form with a NaN logit (n_vocab read from the GGUF)
   deep-handshake SIZE  the handshake nested SIZE lists deep
+  big-message SIZE   encode: an ``engine`` error whose message is SIZE characters
   markup             encode: an ``engine`` error whose message is live Markdown, HTML
                      and ANSI escapes; render: a refusal holding the same
 """
@@ -85,6 +86,8 @@ def answer(mode: str, size: int, request: dict) -> dict:
         return {"result": HOSTILE + "x" * size}
     if mode == "big-encode" and op == "encode":
         return {"result": [0] * size}
+    if mode == "big-message" and op == "encode":
+        return {"error": {"type": "engine", "message": "head " + "m" * size + " tail"}}
     if mode == "markup" and op == "encode":
         return {"error": {"type": "engine", "message": HOSTILE}}
     if mode == "markup" and op == "render":
@@ -107,6 +110,7 @@ def main() -> int:
         "big-render": ["render"],
         "markup": ["encode", "render"],
         "big-encode": ["encode"],
+        "big-message": ["encode"],
     }.get(mode, ["logits"])
     hello = {
         "protocol": "specgate-jsonl/1",

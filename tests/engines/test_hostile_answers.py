@@ -256,6 +256,20 @@ def test_a_huge_encode_answer_is_refused_at_its_line_bound_within_the_deadline()
     assert time.monotonic() - started < 30
 
 
+def test_an_engine_message_is_cut_with_a_visible_marker() -> None:
+    """main: an engine's error message was kept whole (and then stored, grouped, printed)."""
+    model = ref(VOCAB_MODEL)
+    engine = CmdEngine(hostile("big-message", 512 * 1024).removeprefix("cmd:"))
+    try:
+        with pytest.raises(EngineError) as caught:
+            engine.encode(model, "abc", parse_special=False)
+    finally:
+        engine.close()
+    message = str(caught.value)
+    assert len(message) < 3000 and "head m" in message and message.endswith("m tail"), message[:300]
+    assert re.search(r"… \[[\d,]+ characters cut\] …", message), message[:300]
+
+
 # --- text inert in every report -------------------------------------------------------------
 
 
