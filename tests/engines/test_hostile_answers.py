@@ -256,6 +256,21 @@ def test_a_huge_encode_answer_is_refused_at_its_line_bound_within_the_deadline()
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.slow
+def test_validating_an_answer_counts_against_the_request_deadline() -> None:
+    """main: the deadline covered reading the line only; jsonschema then spent ~8 µs
+    an item past it. 10^6 ids for a 10^6-byte text fit the line bound but take
+    seconds to validate: with a 1 s deadline that is a hang, an error, not a result."""
+    model = ref(VOCAB_MODEL)
+    engine = CmdEngine(hostile("big-encode", 10**6).removeprefix("cmd:"), timeout=1)
+    engine.capabilities  # noqa: B018 — started (and said hello) outside the deadline under test
+    try:
+        with pytest.raises(EngineError, match=r"was not read and validated within 1 s"):
+            engine.encode(model, "a" * 10**6, parse_special=False)
+    finally:
+        engine.close()
+
+
 def test_an_engine_message_is_cut_with_a_visible_marker() -> None:
     """main: an engine's error message was kept whole (and then stored, grouped, printed)."""
     model = ref(VOCAB_MODEL)
