@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 
 import pytest
 
+from impl.bounds import BOUNDS, cut
 from impl.protocol import Engine, EngineError, Unsupported
 
 OUTCOMES = ("pass", "fail", "refused", "n/a", "reference-disagreement", "error")
@@ -134,6 +135,7 @@ def first_divergence(
         cells = []
         for k in range(lo, min(len(seq), i + context + 1)):
             cell = f"{seq[k]!r}={show(seq[k])}" if show is not repr else repr(seq[k])
+            cell = cut(cell, BOUNDS.diff_line_chars)  # one cell of an engine's answer: bounded
             cells.append(f"[{cell}]" if k == i else cell)
         return " ".join(cells) or "(end)"
 
@@ -161,11 +163,47 @@ def text_diff(expected: str, got: str, names: tuple[str, str] = ("reference", "e
     def lines(text: str) -> list[str]:
         return [line if line.endswith("\n") else line + "\n" for line in visible(text).splitlines(True)]
 
-    diff = difflib.unified_diff(lines(expected), lines(got), fromfile=names[0], tofile=names[1])
+    # Only the lines around the first divergence are diffed (``impl.bounds``): the
+    # texts may be megabytes, and what follows the first divergence is noise.
+    (start, a), (_, b) = _window(expected, i), _window(got, i)
+    shown = "" if (a, b) == (expected, got) else f" (the lines around it, from offset {start})"
+    diff = difflib.unified_diff(lines(a), lines(b), fromfile=names[0], tofile=names[1])
     return (
-        f"first differing character at offset {i}: reference {expected[i : i + 20]!r} vs engine {got[i : i + 20]!r}\n"
-        + "".join(diff)
+        f"first differing character at offset {i}: reference {expected[i : i + 20]!r} vs engine {got[i : i + 20]!r}"
+        f"{shown}\n" + "".join(diff)
     )
+
+
+def _window(text: str, i: int) -> tuple[int, str]:
+    """The lines of ``text`` around offset ``i``: ``diff_context_lines`` on each side,
+    and at most ``diff_line_chars`` characters a line's worth on each side."""
+    context, reach = BOUNDS.diff_context_lines, BOUNDS.diff_line_chars * (BOUNDS.diff_context_lines + 1)
+    start = i
+    for _ in range(context + 1):
+        start = text.rfind("\n", max(0, i - reach), start)
+        if start < 0:
+            break
+    start = max(0, i - reach) if start < 0 else start + 1
+    end = i
+    for _ in range(context + 1):
+        end = text.find("\n", end + 1, i + reach)
+        if end < 0:
+            break
+    end = min(len(text), i + reach) if end < 0 else end + 1
+    return start, text[start:end]
+
+
+def bounded_answer(reference: str, got: str, field: str) -> None:
+    """An answer text far longer than the reference's is an oversize answer, not a
+    divergence to diff: ``error`` in one line naming the field and both sizes. The
+    bound (``render_factor`` × the reference + ``render_slack_chars``) leaves room
+    for any plausible wrong rendering (a doubled prompt, an extra system block)."""
+    most = BOUNDS.render_factor * len(reference) + BOUNDS.render_slack_chars
+    if len(got) > most:
+        raise EngineError(
+            f"answer field {field} is {len(got):,} characters; the reference's is {len(reference):,} "
+            f"(bound {BOUNDS.render_factor} × reference + {BOUNDS.render_slack_chars:,} = {most:,})"
+        )
 
 
 def fail_if(problem: str | None, where: str) -> None:

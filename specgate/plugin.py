@@ -28,6 +28,7 @@ import pytest
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
 from specgate import models as model_cache
+from specgate import text_safety
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.verdict import GateRecord, run_verdict
 
@@ -624,6 +625,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
             return  # an empty parameter set (no model has this stage's snapshot): nothing was gated
         session = item.config.stash[SESSION]
         verdict, message = classify(report, call, session.strict)
+        message = text_safety.record_message(report, message)  # bounded; inert when pytest prints it
         if verdict == "fail" and report.skipped:  # a refusal under --strict fails in pytest too
             report.outcome = "failed"
             report.longrepr = message
@@ -689,7 +691,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.write_line(report.headline(state.records))
     terminalreporter.write_line(report.matrix_text(state.records))
     for problem in state.verdict:
-        terminalreporter.write_line(f"specgate: RUN FAILS — {problem}", red=True, bold=True)
+        terminalreporter.write_line(report.terminal(f"specgate: RUN FAILS — {problem}"), red=True, bold=True)
     shrink_reproducers(state, config, terminalreporter)
     written = report.write_reports(state, config.getoption("--report-dir"))
     for path in written:

@@ -14,6 +14,7 @@ from typing import Any
 
 from specgate import files, report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
+from specgate.text_safety import md_fence, md_inline, md_text, terminal
 
 
 def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
@@ -81,7 +82,7 @@ def matrix_text(records: list[Any]) -> str:
         if (stage, model) in mets:
             row += "  " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets[(stage, model)].items()))
         lines.append(row)
-    return "\n".join(lines)
+    return terminal("\n".join(lines))
 
 
 def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
@@ -107,24 +108,28 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     files.write_text(json_path, json.dumps(payload, indent=1, ensure_ascii=False, default=str))
 
     md = [
-        f"# specgate parity report — `{results.impl}`",
+        f"# specgate parity report — {md_inline(results.impl)}",
         "",
         headline(results.records),
         "",
-        *[f"**The run fails:** {problem}  " for problem in getattr(results, "verdict", [])],
+        *[f"**The run fails:** {md_text(problem)}  " for problem in getattr(results, "verdict", [])],
         "",
         "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
         "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
     ]
     for (s, m), c in table.items():
         metric = ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets.get((s, m), {}).items()))
-        md.append(f"| {s} | {m} | " + " | ".join(str(c.get(o, 0)) for o in OUTCOMES) + f" | {metric} |")
+        md.append(
+            f"| {md_text(s)} | {md_text(m)} | "
+            + " | ".join(str(c.get(o, 0)) for o in OUTCOMES)
+            + f" | {metric} |"
+        )
     groups = refusal_groups(results.records)
     if groups:
         md += ["", "## Refusals, grouped by message", ""]
         for message, group in groups:
-            md += [f"- **{len(group)}×** {message[:500]}"]
-            md += [f"  - `{r.nodeid}`" for r in group[:3]]
+            md += [f"- **{len(group)}×** {md_text(message[:500])}"]
+            md += [f"  - {md_inline(r.nodeid)}" for r in group[:3]]
     if causes:
         md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
         for number, group in enumerate(payload["groups"], 1):
@@ -146,33 +151,31 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     cause = group.get("diagnosis")
     lines = [
         f"### {group['outcome']}: {group['stage']} · {cases} (group {number})"
-        + (f" — the engine {cause}" if cause else ""),
+        + (f" — the engine {md_text(cause)}" if cause else ""),
         "",
-        *([f"**Diagnosis:** {group['evidence']}.  "] if cause else [f"signature: `{group['signature']}`  "]),
-        f"models: {', '.join(group['models'])}; first cases:",
-        *[f"- `{nodeid}`" for nodeid in group["first_cases"]],
+        *(
+            [f"**Diagnosis:** {md_text(group['evidence'])}.  "]
+            if cause
+            else [f"signature: {md_inline(group['signature'])}  "]
+        ),
+        f"models: {md_text(', '.join(group['models']))}; first cases:",
+        *[f"- {md_inline(nodeid)}" for nodeid in group["first_cases"]],
         "",
-        "```",
-        group["first_message"].strip()[:4000],
-        "```",
+        *md_fence(group["first_message"].strip()[:4000]),
         "",
     ]
     repro = group["reproducer"]
     if repro is None:
-        return [*lines, f"No reproducer: {group['shrink_note']}" if group["shrink_note"] else "", ""]
+        return [*lines, f"No reproducer: {md_text(group['shrink_note'])}" if group["shrink_note"] else "", ""]
     shrunk = repro["shrinking"]
     return [
         *lines,
-        f"**Minimized reproducer** `{group['reproducer_file']}` (shrunk from {shrunk['from_size']} to "
-        f"{shrunk['to_size']} in {shrunk['seconds']} s; {repro['note']})",
+        f"**Minimized reproducer** {md_inline(str(group['reproducer_file']))} (shrunk from "
+        f"{shrunk['from_size']} to {shrunk['to_size']} in {shrunk['seconds']} s; {md_text(repro['note'])})",
         "",
-        "```json",
-        json.dumps(repro["input"], ensure_ascii=False)[:2000],
-        "```",
+        *md_fence(json.dumps(repro["input"], ensure_ascii=False)[:2000], "json"),
         "",
-        "```",
-        repro["divergence"].strip()[:2000],
-        "```",
+        *md_fence(repro["divergence"].strip()[:2000]),
         "",
     ]
 

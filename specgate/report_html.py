@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from specgate.gate import HEADINGS, OUTCOMES
+from specgate.text_safety import controls
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -61,11 +62,17 @@ function applyFilters() {
   const hash = Object.entries(want).filter(([, v]) => v).map(([k, v]) => k + '=' + encodeURIComponent(v)).join('&');
   history.replaceState(null, '', hash ? '#' + hash : location.pathname);
 }
+function decoded(text) {  // malformed percent-encoding (a hand-edited link) is ignored, not fatal
+  try { return decodeURIComponent(text); } catch (e) { return null; }
+}
 function loadFilters() {
   for (const part of location.hash.slice(1).split('&')) {
-    const [name, value] = part.split('=');
-    const select = document.getElementById('f-' + name);
-    if (select && value !== undefined) select.value = decodeURIComponent(value);
+    const cut = part.indexOf('=');
+    if (cut < 0) continue;
+    const name = decoded(part.slice(0, cut)), value = decoded(part.slice(cut + 1));
+    const select = name === null ? null : document.getElementById('f-' + name);
+    if (!select || value === null) continue;
+    if ([...select.options].some(o => o.value === value)) select.value = value;
   }
 }
 document.addEventListener('DOMContentLoaded', () => {
@@ -79,7 +86,7 @@ document.addEventListener('DOMContentLoaded', () => {
 def visible(text: str) -> str:
     """HTML of ``text`` with tabs and trailing spaces made visible (``→``, ``·``)."""
     out = []
-    for line in str(text).split("\n"):
+    for line in controls(str(text)).split("\n"):
         body = line.rstrip(" \t")
         tail = line[len(body) :].replace(" ", "·").replace("\t", "→")
         body = escape(body).replace("\t", '<span class="ws">→</span>\t')
@@ -112,7 +119,9 @@ def _texts(inp: dict[str, Any]) -> list[str]:
     text = inp.get("text", inp.get("template"))
     if not isinstance(text, str):
         return []
-    shown = escape(text).replace(" ", "·").replace("\t", "→").replace("\n", "↵\n").replace("\r", "␍")
+    shown = (
+        escape(controls(text)).replace(" ", "·").replace("\t", "→").replace("\n", "↵\n").replace("\r", "␍")
+    )
     return [
         f'<div class="note">with whitespace visible (· space, → tab, ↵ newline):</div><pre class="ws">{shown}</pre>'
     ]

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from impl import bounds
 from impl.envvars import env_count
 from impl.http import vocab
 from impl.http.llama_cpp_python import LlamaCppPythonServer
@@ -103,10 +104,22 @@ class HttpEngine(Engine):
         return f"{self._probe().name} server at {self.base_url}"
 
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        return self._serving(model).encode(text, parse_special)
+        ids = self._serving(model).encode(text, parse_special)
+        size = len(text.encode("utf-8", "surrogatepass"))
+        bounds.check_count(
+            len(ids), size, "tokens", f"a token covers at least one byte of the {size}-byte text"
+        )
+        bounds.check_ids(ids, bounds.model_n_vocab(model.gguf), "tokens")
+        return ids
 
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        return self._serving(model).decode(ids)
+        out = self._serving(model).decode(ids)
+        most = len(ids) * bounds.BOUNDS.piece_bytes
+        if len(out) > most:
+            raise bounds.oversize(
+                "content", len(out), "bytes", most, f"{bounds.BOUNDS.piece_bytes} bytes a token"
+            )
+        return out
 
     def render(
         self,
@@ -120,13 +133,17 @@ class HttpEngine(Engine):
             raise Unsupported(
                 "/apply-template always adds the generation prompt and takes no template variables"
             )
-        return server.render(messages)
+        text = server.render(messages)
+        bounds.check_text(text, "prompt")
+        return text
 
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         server = self._serving(model)
         n_vocab = len(vocab.texts(model.gguf))
         rows = server.logit_rows(model, [int(i) for i in ids])
-        return np.stack([_spread(row, n_vocab) for row in rows])
+        if len(rows) != len(ids):
+            raise EngineError(f"http: the server answered {len(rows)} log-prob rows for {len(ids)} ids")
+        return np.stack([_spread(row, n_vocab, k) for k, row in enumerate(rows)])
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         server = self._serving(model)
@@ -136,11 +153,21 @@ class HttpEngine(Engine):
         max_tokens = int(params.get("max_tokens", 32))
         stop = [s if isinstance(s, str) else bytes(s).decode("utf-8") for s in params.get("stop", [])]
         new, text, reason = server.generate(model, ids, max_tokens, stop)
+        bounds.check_count(len(new), max_tokens, "completion_probabilities", "the request's n_predict")
+        bounds.check_ids([i for i in new if i is not None], bounds.model_n_vocab(model.gguf), "ids")
+        bounds.check_text(text, "content", max_tokens * bounds.BOUNDS.piece_bytes, "n_predict tokens")
         return {"ids": new, "bytes": text.encode("utf-8").hex(), "text": text, "finish_reason": reason}
 
 
-def _spread(top: dict[int, float], n_vocab: int) -> np.ndarray:
-    """A log-prob row holding ``top`` exactly; the rest of the mass spread evenly."""
+def _spread(top: dict[int, float], n_vocab: int, position: int = 0) -> np.ndarray:
+    """A log-prob row holding ``top`` exactly; the rest of the mass spread evenly.
+    Ids outside ``0 <= id < n_vocab`` and non-finite or positive log-probs are an
+    ``EngineError`` naming the position, never an index that wraps around."""
+    field = f"top_logprobs[{position}]"
+    bounds.check_ids(list(top), n_vocab, field + " id")
+    for token, logprob in top.items():
+        if math.isnan(logprob) or logprob > 1e-4:  # -inf: a probability that underflowed
+            raise EngineError(f"http: answer field {field} gives id {token} the log-prob {logprob!r}")
     mass = sum(math.exp(v) for v in top.values())
     rest = max(1.0 - mass, 1e-30) / max(n_vocab - len(top), 1)
     row = np.full(n_vocab, math.log(rest), dtype=np.float32)

@@ -19,6 +19,7 @@ import http.client
 import json
 import socket
 import threading
+import time
 import urllib.parse
 from typing import Any
 
@@ -61,6 +62,7 @@ class HttpClient:
         """One request, answered in full within ``self.timeout`` seconds and in at most
         ``self.max_body_bytes`` bytes, as parsed JSON."""
         where = f"{method} {self.base_url}{path}"
+        deadline = time.monotonic() + self.timeout
         try:
             status, raw = self._exchange(method, path, body)
         except _Overlong as exc:
@@ -81,9 +83,16 @@ class HttpClient:
                 raise EngineError(f"{NAME}: {method} {path} -> HTTP {status}: {detail}")
             raise ClientError(status, detail)
         try:
-            return json.loads(raw.decode("utf-8"))
-        except ValueError as exc:
-            raise EngineError(f"{NAME}: {method} {path} answered malformed JSON: {exc}") from None
+            answer = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise EngineError(f"{NAME}: {method} {path} answered malformed JSON: {first[:200]}") from None
+        if time.monotonic() > deadline:  # parsing counts against the whole request's deadline
+            raise EngineError(
+                f"{NAME}: {where} was not answered and parsed within {self.timeout:g} s "
+                f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
+            )
+        return answer
 
     def _exchange(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, bytes]:
         """Status and body bytes. A timer cuts the connection at the deadline, so the

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from impl import bounds
 from impl.envvars import env_count, env_seconds
 from impl.process import lifeline, pipes, schema, wire
 from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
@@ -123,11 +124,15 @@ class CmdEngine(Engine):
             )
         self._spawn()
         try:
-            line = self._read_line(self.startup_timeout, "the handshake")
+            line = self._read_line(
+                self.startup_timeout,
+                "the handshake",
+                max_line=min(self.max_line_bytes, bounds.BOUNDS.handshake_bytes),
+            )
             try:
                 hello = json.loads(line)
-            except ValueError as exc:
-                raise self._broken(f"malformed handshake line {line[:200]!r}: {exc}") from None
+            except (ValueError, RecursionError) as exc:
+                raise self._broken(f"malformed handshake line {line[:200]!r}: {_one_line(exc)}") from None
             if not isinstance(hello, dict) or not isinstance(hello.get("capabilities"), list):
                 raise self._broken(f"handshake lacks a capabilities list: {line[:200]!r}")
         except EngineError as exc:
@@ -136,7 +141,11 @@ class CmdEngine(Engine):
             raise
         self._start_failures = 0
         self._check_protocol(hello)
-        if problem := schema.problem("handshake.schema.json", hello, "handshake"):
+        try:
+            problem = schema.problem("handshake.schema.json", hello, "handshake")
+        except RecursionError:
+            problem = "nested too deeply to validate"
+        if problem:
             self._refusal = f"cmd [{self.command_line}]: the handshake does not follow PROTOCOL.md: {problem}"
             self._kill()
             raise EngineError(self._refusal)
@@ -203,9 +212,13 @@ class CmdEngine(Engine):
         exit_note = f" (exit status {status})" if status is not None else ""
         return EngineError(f"{self.label} [{self.command_line}]: {reason}{exit_note}{self._stderr_tail()}")
 
-    def _read_line(self, timeout: float, what: str, deadline: float | None = None) -> str:
-        """The next stdout line, by ``deadline`` (default: ``timeout`` from now)."""
+    def _read_line(
+        self, timeout: float, what: str, deadline: float | None = None, max_line: int | None = None
+    ) -> str:
+        """The next stdout line, by ``deadline`` (default: ``timeout`` from now), of at
+        most ``max_line`` bytes (default: ``SPECGATE_CMD_MAX_LINE_BYTES``)."""
         assert self._stdout is not None
+        self._stdout.max_line = max_line if max_line is not None else self.max_line_bytes
         try:
             return self._stdout.read_line(deadline if deadline is not None else time.monotonic() + timeout)
         except TimeoutError:
@@ -217,8 +230,8 @@ class CmdEngine(Engine):
             raise self._broken(f"the engine exited (or closed stdout) before answering {what}") from None
         except pipes.LineTooLong as exc:
             raise self._broken(
-                f"answer to {what} is a line longer than {exc.max_line} bytes "
-                f"(SPECGATE_CMD_MAX_LINE_BYTES; killed)"
+                f"answer to {what} is a line longer than {exc.max_line} bytes, the most this request "
+                f"can need (impl.bounds, at most SPECGATE_CMD_MAX_LINE_BYTES; killed)"
             ) from None
         except UnicodeDecodeError as exc:
             raise self._broken(f"answer to {what} is not UTF-8: {exc}") from None
@@ -240,30 +253,55 @@ class CmdEngine(Engine):
             ) from None
         except OSError as exc:
             raise self._broken(f"cannot send {what}: {exc}") from None
-        line = self._read_line(self.timeout, what, deadline)
+        n_vocab = self._n_vocab(fields)
+        max_line = min(self.max_line_bytes, bounds.answer_line_bytes(op, fields, n_vocab))
+        line = self._read_line(self.timeout, what, deadline, max_line)
         try:
             response = json.loads(line)
-        except ValueError as exc:
-            raise self._broken(f"malformed JSON in answer to {what}: {exc}; line: {line[:200]!r}") from None
+        except (ValueError, RecursionError) as exc:
+            raise self._broken(
+                f"malformed JSON in answer to {what}: {_one_line(exc)}; line: {line[:200]!r}"
+            ) from None
         if not isinstance(response, dict):
             raise self._broken(f"answer to {what} is not a JSON object: {line[:200]!r}")
+        del line  # the parsed answer is all that is kept
         if response.get("id") != rid:
             raise self._broken(f"answer carries id {response.get('id')!r}, expected {rid} for {what}")
         if "error" in response:
             err = response["error"] if isinstance(response["error"], dict) else {"message": response["error"]}
-            message = f"{self.label}: {op}: {err.get('message', err)}"
+            said = bounds.cut(str(err.get("message", err)), bounds.BOUNDS.message_chars)
+            message = f"{self.label}: {op}: {said}"
             if err.get("type") == "unsupported":
                 raise Unsupported(message)
-            raise EngineError(f"engine reported {err.get('type', 'an error')}: {message}")
+            kind = bounds.cut(str(err.get("type", "an error")), 80)
+            raise EngineError(f"engine reported {kind}: {message}")
         if "result" not in response:
-            raise self._broken(f"answer to {what} has neither result nor error: {line[:200]!r}")
-        shape_problem = schema.result_problem(op, response["result"]) if op in wire.OPS else None
-        if shape_problem:  # a wrong-shaped result is a broken engine (PROTOCOL.md section 6)
-            raise self._broken(f"answer to {what} does not follow the protocol: {shape_problem}")
+            raise self._broken(f"answer to {what} has neither result nor error: {str(response)[:200]!r}")
         try:
-            return wire.decode_value(response["result"])
+            # Validation counts against the request's deadline (PROTOCOL.md section 6).
+            shape_problem = schema.result_problem(op, response["result"]) if op in wire.OPS else None
+            if shape_problem:  # a wrong-shaped result is a broken engine (PROTOCOL.md section 6)
+                raise self._broken(f"answer to {what} does not follow the protocol: {shape_problem}")
+            if time.monotonic() > deadline:
+                raise self._broken(
+                    f"answer to {what} was not read and validated within {self.timeout:g} s "
+                    f"(SPECGATE_CMD_TIMEOUT covers both; killed)"
+                )
+            result = wire.decode_value(response["result"])
         except wire.WireError as exc:
             raise self._broken(f"answer to {what}: {exc}") from None
+        except RecursionError:
+            raise self._broken(f"answer to {what} is nested too deeply") from None
+        try:
+            _check_result(op, fields, result, n_vocab)
+        except EngineError as exc:
+            raise EngineError(f"{self.label}: answer to {what}: {exc}") from None
+        return result
+
+    def _n_vocab(self, fields: dict[str, Any]) -> int | None:
+        """The vocabulary size of the request's model (None when its GGUF cannot be read)."""
+        model = fields.get("model")
+        return bounds.model_n_vocab(model.get("gguf")) if isinstance(model, dict) else None
 
     # --- protocol surface ---------------------------------------------------------------
     @property
@@ -324,14 +362,16 @@ class CmdEngine(Engine):
         result = self.request(
             "logits", model=wire.model_to_wire(model), ids=[int(i) for i in ids], top_k=self.logits_top_k
         )
+        n_vocab = bounds.model_n_vocab(model.gguf)
         if isinstance(result, dict) and "top_k" in result:
             try:
-                result = wire.expand_top_k(result["top_k"])
+                result = wire.expand_top_k(result["top_k"], n_vocab)
             except wire.WireError as exc:
                 raise self._broken(f"logits: {exc}") from None
-        if len(result) != len(ids):  # the schema fixes the form; the row count depends on the request
-            raise self._broken(f"logits must have {len(ids)} rows (one per id); got {len(result)}")
-        return result
+        try:  # the schema fixes the form; rows, width and finiteness depend on the request and model
+            return bounds.check_logit_rows(result, len(ids), n_vocab)
+        except EngineError as exc:
+            raise self._broken(f"logits: {exc}") from None
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
         return self.request(
@@ -348,6 +388,38 @@ class CmdEngine(Engine):
             ids=[int(i) for i in ids],
             params=wire.encode_value(params),
         )
+
+
+def _one_line(exc: BaseException) -> str:
+    return bounds.cut(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 200)
+
+
+def _check_result(op: str, fields: dict[str, Any], result: Any, n_vocab: int | None) -> None:
+    """A decoded result's sizes and ids against what the request can need (``impl.bounds``)."""
+    b = bounds.BOUNDS
+    if op in ("encode", "split"):
+        size = len(str(fields.get("text", "")).encode("utf-8", "surrogatepass"))
+        bounds.check_count(
+            len(result), size, "result", f"a token covers at least one byte of the {size}-byte text"
+        )
+        if op == "encode":
+            bounds.check_ids(result, n_vocab, "result")
+    elif op in ("render", "render_template"):
+        bounds.check_text(result, "result")
+    elif op == "decode" and isinstance(result, bytes):
+        most = len(fields.get("ids", ())) * b.piece_bytes
+        if len(result) > most:
+            raise bounds.oversize("result", len(result), "bytes", most, f"{b.piece_bytes} bytes a token")
+    elif op == "generate" and isinstance(result, dict):
+        most = int(fields.get("params", {}).get("max_tokens", 128))
+        bounds.check_count(len(result.get("ids", ())), most, "ids", "the request's max_tokens")
+        bounds.check_ids(result.get("ids", ()), n_vocab, "ids")
+    elif op == "sample" and isinstance(result, dict):
+        width = bounds.logits_width(fields.get("logits"))
+        bounds.check_ids(result.get("ids", ()), width, "ids")
+        token = result.get("token")
+        if token is not None:
+            bounds.check_ids([token], width, "token")
 
 
 class _CmdEngineWithoutRenderTemplate(CmdEngine):

@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from impl.protocol import ModelRef
+from impl.bounds import check_top_k
+from impl.protocol import EngineError, ModelRef
 
 PROTOCOL = "specgate-jsonl/1"
 
@@ -122,11 +123,18 @@ def top_k_logits(logits: np.ndarray, k: int) -> dict[str, Any]:
     return {"n_vocab": int(x.shape[1]), "ids": ids, "logits": np.take_along_axis(x, ids, axis=1), "lse": lse}
 
 
-def expand_top_k(answer: dict[str, Any]) -> np.ndarray:
+def expand_top_k(answer: dict[str, Any], n_vocab: int | None = None) -> np.ndarray:
     """A ``[n, n_vocab]`` float32 array from a ``top_k`` answer: the top-k logits
     exactly; every other id gets the same value, chosen so that the row's
     log-sum-exp equals the engine's. Softmax, top-1 and the log-probs of the top-k
-    are therefore the engine's own; the tail is its mass spread evenly."""
+    are therefore the engine's own; the tail is its mass spread evenly.
+
+    The declared ``n_vocab`` is checked (against the model's ``n_vocab`` when given,
+    and against ``impl.bounds``) before anything of that size is allocated."""
+    try:
+        check_top_k(answer, 0, n_vocab)
+    except EngineError as exc:
+        raise WireError(str(exc)) from None
     try:
         n_vocab, ids = int(answer["n_vocab"]), np.asarray(answer["ids"], dtype=np.int64)
         values, lse = (
@@ -142,11 +150,16 @@ def expand_top_k(answer: dict[str, Any]) -> np.ndarray:
     if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
         raise WireError(f"top_k ids outside the vocabulary of {n_vocab}")
     k = ids.shape[1]
+    if k > n_vocab:
+        raise WireError(f"top_k has {k} candidates per row, more than n_vocab {n_vocab}")
+    if not (np.isfinite(values).all() and np.isfinite(lse).all()):
+        raise WireError("top_k logits and lse must be finite (NaN or Infinity found)")
     top_mass = np.exp(values - lse[:, None]).sum(axis=1)
     rest = np.maximum(1.0 - top_mass, 1e-30) / max(n_vocab - k, 1)
-    out = np.repeat((lse + np.log(rest))[:, None], n_vocab, axis=1)
-    np.put_along_axis(out, ids, values, axis=1)
-    return out.astype(np.float32)
+    out = np.empty((ids.shape[0], n_vocab), dtype=np.float32)  # float32 from the start: half the memory
+    out[:] = (lse + np.log(rest))[:, None]
+    np.put_along_axis(out, ids, values.astype(np.float32), axis=1)
+    return out
 
 
 def _hashable(key: Any) -> Any:

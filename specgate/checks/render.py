@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from impl.protocol import Engine, Unsupported
-from specgate.gate import call, not_applicable, refused, text_diff
+from specgate.gate import bounded_answer, call, not_applicable, refused, text_diff
 
 
 def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "render", **kwargs: Any):
@@ -38,7 +38,7 @@ def check(expected: dict[str, Any], got: str | None, refusal: str, key: str) -> 
         if got is not None:
             return (
                 f"the reference refuses this input ({error['type']}: {error['message']}) "
-                f"but the engine rendered {got[:300]!r}"
+                f"but the engine rendered {got[:300]!r}{' …' if len(got) > 300 else ''}"
             )
         if error["raised_by_template"] and error["message"] not in refusal:
             return (
@@ -48,5 +48,6 @@ def check(expected: dict[str, Any], got: str | None, refusal: str, key: str) -> 
         return None
     if got is None:
         return f"the engine refused what the reference renders: {refusal}"
+    bounded_answer(expected[key], got, key)
     diff = text_diff(expected[key], got)
     return None if diff is None else f"rendered prompt differs from transformers\n{diff}"

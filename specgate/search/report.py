@@ -18,6 +18,7 @@ from specgate import files
 from specgate.search import confirm as confirming
 from specgate.search.session import Finding, SearchResult
 from specgate.search.stages import size
+from specgate.text_safety import md_fence, md_inline
 
 SECTIONS = (
     (confirming.ORACLE_BUG, "ORACLE BUGS — the references agree with the engine, not with the oracle"),
@@ -163,21 +164,20 @@ def markdown(result: SearchResult) -> str:
         lines += ["", f"## {title}: {len(found)}", ""]
         for f in found:
             lines += [
-                f"### {f.candidate.stage} · {f.candidate.model} · `{f.group_id}`",
-                f"- signature: `{f.candidate.signature}`",
-                f"- input shape: `{f.candidate.shape}`",
-                f"- input ({size(f.input)} units): `{json.dumps(f.input, ensure_ascii=False)[:600]}`",
+                f"### {f.candidate.stage} · {f.candidate.model} · {md_inline(f.group_id)}",
+                f"- signature: {md_inline(f.candidate.signature)}",
+                f"- input shape: {md_inline(str(f.candidate.shape))}",
+                f"- input ({size(f.input)} units): {md_inline(json.dumps(f.input, ensure_ascii=False)[:600])}",
                 f"- judges: {'; '.join(f'{k}: {v}' for k, v in f.confirmation.judges.items())}",
                 f"- reproducer: `{f.reproducer_path}`",
                 "",
-                "```",
-                (f.answers.get("message") or f.candidate.message)[:1500],
-                "```",
+                *md_fence((f.answers.get("message") or f.candidate.message)[:1500]),
                 "",
             ]
     for r in result.runs:
         for e in r.oracle_errors:
             lines.append(
-                f"- ORACLE ERROR on {r.stage}/{r.model}: {e['error']} — input `{json.dumps(e['input'], ensure_ascii=False)[:300]}`"
+                f"- ORACLE ERROR on {r.stage}/{r.model}: {md_inline(str(e['error']))} — input "
+                f"{md_inline(json.dumps(e['input'], ensure_ascii=False)[:300])}"
             )
     return "\n".join(lines) + "\n"

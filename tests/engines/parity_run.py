@@ -22,6 +22,8 @@ class ParityRun:
     status: int
     report: dict[str, Any]
     output: str
+    peak_bytes: int | None = None  # the run's peak resident size, when measured
+    report_bytes: int = 0  # the JSON report's size on disk
 
     def outcomes(self, stage: str | None = None) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -45,9 +47,16 @@ def run_parity(
     files: tuple[str, ...] = ("tests/gates",),
     env: dict[str, str] | None = None,
     timeout: float = 900,
+    measure: bool = False,
 ) -> ParityRun:
+    """``measure``: run it under ``peak_rss.py`` and keep its peak resident size."""
     reports = tmp_path / "reports"
+    peak_file = tmp_path / "peak.json"
+    wrapper = (
+        [sys.executable, str(Path(__file__).with_name("peak_rss.py")), str(peak_file)] if measure else []
+    )
     cmd = [
+        *wrapper,
         sys.executable,
         "-m",
         "pytest",
@@ -70,4 +79,6 @@ def run_parity(
     )
     found = sorted(reports.glob("parity-*.json"))
     report = json.loads(found[0].read_text(encoding="utf-8")) if found else {"cases": [], "matrix": []}
-    return ParityRun(proc.returncode, report, proc.stdout + proc.stderr)
+    peak = json.loads(peak_file.read_text(encoding="utf-8"))["peak_bytes"] if measure else None
+    size = found[0].stat().st_size if found else 0
+    return ParityRun(proc.returncode, report, proc.stdout + proc.stderr, peak, size)

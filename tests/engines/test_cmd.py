@@ -90,9 +90,10 @@ def test_every_op_round_trips_its_values(toy) -> None:
     assert engine.split(MODEL, "a  b") == ["a", "", "b"]
     assert engine.encode(MODEL, "日本\x00", parse_special=True) == list("日本\x00".encode())
     assert engine.decode(MODEL, [0xE6, 0x97]) == b"\xe6\x97"  # an incomplete UTF-8 sequence survives
-    logits = engine.logits(MODEL, [5, 6, 7])
-    assert logits.dtype == np.float32 and logits.shape == (3, 8)
-    assert logits[2, 0] == np.float32(2 / 3) and math.isnan(logits[0, 1]) and logits[0, 2] == -np.inf
+    # NaN and -Infinity travel (PROTOCOL.md section 5), but logits holding them are
+    # malformed (section 8): an error naming the field, never a fail.
+    with pytest.raises(EngineError, match=r"logits\[0\]\[1\] is .*nan.*logits must be finite"):
+        engine.logits(MODEL, [5, 6, 7])
     sampled = engine.sample(np.array([0.1, 3.0, -1.0], dtype=np.float32), {"top_k": 2, "top_p": 0.9}, 0.25)
     assert sampled == {
         "steps": [{"step": "top_k", "ids": [1], "probs": [1.0]}],
@@ -101,13 +102,13 @@ def test_every_op_round_trips_its_values(toy) -> None:
         "token": 1,
         "chain": ["r=0.25", "top_k", "top_p"],
     }
-    assert engine.generate(MODEL, [1, 2], {"max_tokens": 1}) == {
+    assert engine.generate(MODEL, [1, 2], {"max_tokens": 3}) == {
         "ids": [1, 2, 0],
         "bytes": "e4bd",
         "chunks": [],
         "finish_reason": "length",
     }
-    assert engine.starts == 1  # one process served all of it
+    assert engine.starts == 2  # one process served all of it, restarted after the malformed logits
 
 
 def test_logits_travel_as_top_k_with_the_log_sum_exp(toy, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,93 @@
+"""Engine text made inert wherever a report shows it.
+
+What an engine says (messages, refusals, rendered prompts in diffs, its stderr) is
+data, never markup or terminal control: in Markdown it goes into code that it
+cannot close (a fence longer than any run of backticks in it; inline code delimited
+the same way, newlines shown as ``↵``), plain text in Markdown has its markup
+characters escaped, and control characters (ANSI escapes, C1 controls, bidirectional
+overrides) are shown as escapes (``\\x1b``) in the terminal and in every report.
+Sizes are bounded too (``impl.bounds``): a record's message is cut with a visible
+marker before it is stored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from impl.bounds import BOUNDS, cut
+
+# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional
+# formatting characters that reorder what a reader sees (Trojan Source).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&])")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def controls(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\x1b``, ``\\u202e``);
+    tab and newline kept."""
+    return _CONTROLS.sub(_escape, text)
+
+
+def one_line(text: str) -> str:
+    """Controls escaped and line breaks shown as ``↵``: a single line whatever ``text`` holds."""
+    return controls(text).replace("\r", "␍").replace("\n", "↵")
+
+
+def bounded(text: str, limit: int = BOUNDS.record_chars) -> str:
+    """A record's message as stored: cut to ``limit`` characters with a marker."""
+    return cut(text, limit)
+
+
+def md_text(text: str) -> str:
+    """Plain Markdown text: one line, every markup character backslash-escaped (so
+    ``<details>``, ``<!--``, ``![...](...)``, ``#``, ``|`` in a table stay literal)."""
+    return _MD_SPECIAL.sub(r"\\\1", one_line(text))
+
+
+def _longest_run(text: str, char: str = "`") -> int:
+    runs = re.findall(re.escape(char) + "+", text)
+    return max((len(r) for r in runs), default=0)
+
+
+def md_inline(text: str) -> str:
+    """Inline code that the text cannot close: delimited by more backticks than its
+    longest run, padded with a space when it starts or ends with a backtick, one line."""
+    body = one_line(text).replace("|", "\\|")  # a table cell ends at an unescaped pipe
+    ticks = "`" * (_longest_run(body) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") or not body.strip() else ""
+    return f"{ticks}{pad}{body}{pad}{ticks}"
+
+
+def md_fence(text: str, info: str = "") -> list[str]:
+    """A fenced code block holding ``text`` literally: the fence is longer than any
+    run of backticks in it (so no line of the text closes it), controls escaped."""
+    body = controls(text)
+    fence = "`" * max(3, _longest_run(body) + 1)
+    return [fence + info, body, fence]
+
+
+def terminal(text: str) -> str:
+    """A line for the terminal: control characters (ANSI escapes) as escapes."""
+    return controls(text)
+
+
+def record_message(report: Any, message: str) -> str:
+    """A gate case's message as recorded (bounded), after bounding and neutralizing
+    what pytest itself prints for the case (the short summary, the failure section,
+    junit): an engine's text reaches no terminal raw and no report in full. pytest's
+    own text is left untouched when already small and clean."""
+    message = bounded(message)
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:  # a skip: (path, line, reason)
+        path, line, reason = report.longrepr
+        report.longrepr = (path, line, controls(bounded(str(reason))))
+        return message
+    text = report.longreprtext if report.longrepr is not None else ""
+    if len(text) > BOUNDS.record_chars or controls(text) != text:
+        report.longrepr = controls(message or bounded(text))
+    return message
