@@ -16,7 +16,6 @@ specgate search --impl NAME      differential search beyond the corpus [--stages
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 
@@ -128,7 +127,7 @@ def _repro(args: argparse.Namespace) -> int:
     """``repro FILE --impl X``: the reproducer's input re-checked on the engine against
     the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not."""
     from impl.registry import UnknownImpl, resolve
-    from specgate import triage
+    from specgate import text_safety, triage
 
     try:
         data = triage.load_reproducer(args.file)
@@ -141,7 +140,7 @@ def _repro(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     print(f"reproducer {data.get('group', args.file)} ({data['stage']} · {data['model']}) on {args.impl}:")
-    print(f"input: {json.dumps(data['input'], ensure_ascii=False)[:2000]}")
+    print(f"input: {text_safety.json_escaped(data['input'])[:2000]}")
     if verdict.outcome in ("fail", "error"):
         how = "the same way" if same else f"differently (expected: {data['signature']})"
         print(f"still diverges from the oracle, {how}: {verdict.outcome}\n{verdict.message}")

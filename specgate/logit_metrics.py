@@ -80,6 +80,12 @@ class Comparison:
     near_ties: int  # disagreements excused as near ties
     disagreements: list[dict[str, Any]]  # the unexcused ones: position, tokens, logits
 
+    @property
+    def top1_agree_ties_excused(self) -> float:
+        """The top-1 agreement a verdict judges: near ties (reference margin below the
+        class's tie margin) count as agreeing."""
+        return 1.0 - len(self.disagreements) / self.positions if self.positions else 1.0
+
     def metrics(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if isinstance(v, float)}
 

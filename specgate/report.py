@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate import files, report_html, triage
+from specgate import files, report_browser, report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
-from specgate.text_safety import md_fence, md_inline, md_text, terminal
+from specgate.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
 
 
 def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
@@ -103,6 +103,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         ],
         "groups": [g.as_dict() for g in causes],
         "cases": [r.__dict__ for r in results.records],
+        # per case (same order): its input and the reference's answer as the case browser shows them
+        "case_details": report_browser.case_details(results.records),
     }
     json_path = stem.with_name(stem.name + ".json")
     files.write_text(json_path, json.dumps(payload, indent=1, ensure_ascii=False, default=str))
@@ -134,7 +136,9 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
         for number, group in enumerate(payload["groups"], 1):
             md += group_markdown(number, group)
-    png_path = write_heatmap(table, stem.with_name(stem.name + ".png"), results.impl)
+    png_path = write_heatmap(
+        table, stem.with_name(stem.name + ".png"), results.impl, list(getattr(results, "verdict", []))
+    )
     if png_path is not None:
         md[2:2] = [f"![parity matrix]({png_path.name})", ""]
     md_path = stem.with_name(stem.name + ".md")
@@ -150,8 +154,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
     cause = group.get("diagnosis")
     lines = [
-        f"### {group['outcome']}: {group['stage']} · {cases} (group {number})"
-        + (f" — the engine {md_text(cause)}" if cause else ""),
+        f"### {group['outcome']}: {group['stage']} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
         "",
         *(
             [f"**Diagnosis:** {md_text(group['evidence'])}.  "]
@@ -173,7 +176,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
         f"**Minimized reproducer** {md_inline(str(group['reproducer_file']))} (shrunk from "
         f"{shrunk['from_size']} to {shrunk['to_size']} in {shrunk['seconds']} s; {md_text(repro['note'])})",
         "",
-        *md_fence(json.dumps(repro["input"], ensure_ascii=False)[:2000], "json"),
+        *md_fence(json_escaped(repro["input"])[:2000], "json"),
         "",
         *md_fence(repro["divergence"].strip()[:2000]),
         "",
@@ -262,9 +265,23 @@ _COLOURS = {
 }
 
 
-def write_heatmap(table: dict[tuple[str, str], Counter], path: Path, impl: str) -> Path | None:
+def verdict_line(table: dict[tuple[str, str], Counter], problems: list[str]) -> str:
+    """The run's verdict in one line (as the exit status has it: any failing case, error or
+    run-level problem fails the run)."""
+    failed = sum(c.get("fail", 0) for c in table.values())
+    errors = sum(c.get("error", 0) for c in table.values())
+    if failed or errors or problems:
+        extra = f"; {len(problems)} run problem{'s' if len(problems) != 1 else ''}" if problems else ""
+        return f"FAIL — {failed} failed, {errors} errors{extra}"
+    return "PASS"
+
+
+def write_heatmap(
+    table: dict[tuple[str, str], Counter], path: Path, impl: str, problems: list[str] = ()
+) -> Path | None:
     """The matrix as a PNG (rows stage × model, columns outcomes, cells the counts),
-    for a CI summary page. Needs the ``report`` extra (matplotlib); without it the
+    for a CI summary page, titled with the run's verdict and date (also in the PNG's
+    text chunks ``Verdict`` and ``Date``, so a picture is never read without them). Needs the ``report`` extra (matplotlib); without it the
     picture is skipped with a notice and the text reports are unaffected."""
     try:
         import matplotlib
@@ -303,10 +320,16 @@ def write_heatmap(table: dict[tuple[str, str], Counter], path: Path, impl: str) 
                     fontsize=9,
                     color="white" if share[i, j] > 0.5 else "black",
                 )
+    import datetime as _dt
     import textwrap
 
-    ax.set_title("\n".join(textwrap.wrap(f"specgate parity — {impl}", 60)), fontsize=10, pad=24)
+    verdict = verdict_line(table, list(problems))
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    title = [*textwrap.wrap(f"specgate parity — {impl}", 60), f"verdict: {verdict} · {date}"]
+    ax.set_title("\n".join(title), fontsize=10, pad=24, color="#a00" if verdict != "PASS" else "#161")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(
+        path, dpi=110, metadata={"Title": f"specgate parity — {impl}", "Verdict": verdict, "Date": date}
+    )
     plt.close(fig)
     return path

@@ -1,6 +1,7 @@
 """The parity report as one self-contained HTML page (inline CSS and JS, nothing
 fetched): the stage × model × outcome matrix, the root-cause groups with their
-reproducers, and filters by stage, model and outcome.
+reproducers, every case in a browser (``specgate.report_browser``), and filters by
+stage, model and outcome.
 
 The page is built from the same payload as the JSON report, so the two always
 agree (``tests/test_report_html.py`` checks it in a real headless browser). The
@@ -10,12 +11,12 @@ filters can be preset from the address's fragment — ``page.html#outcome=fail&s
 
 from __future__ import annotations
 
-import json
 from html import escape
 from typing import Any
 
+from specgate import report_browser
 from specgate.gate import HEADINGS, OUTCOMES
-from specgate.text_safety import controls
+from specgate.text_safety import controls, escaped, json_escaped
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -59,6 +60,7 @@ function applyFilters() {
     group.hidden = !show; if (show) groups++;
   }
   document.getElementById('shown').textContent = rows + ' rows, ' + groups + ' groups shown';
+  caseBrowser.apply(want);
   const hash = Object.entries(want).filter(([, v]) => v).map(([k, v]) => k + '=' + encodeURIComponent(v)).join('&');
   history.replaceState(null, '', hash ? '#' + hash : location.pathname);
 }
@@ -119,9 +121,7 @@ def _texts(inp: dict[str, Any]) -> list[str]:
     text = inp.get("text", inp.get("template"))
     if not isinstance(text, str):
         return []
-    shown = (
-        escape(controls(text)).replace(" ", "·").replace("\t", "→").replace("\n", "↵\n").replace("\r", "␍")
-    )
+    shown = escape(escaped(text)).replace(" ", "·").replace("\t", "→").replace("\n", "↵\n").replace("\r", "␍")
     return [
         f'<div class="note">with whitespace visible (· space, → tab, ↵ newline):</div><pre class="ws">{shown}</pre>'
     ]
@@ -133,7 +133,8 @@ def _group(number: int, group: dict[str, Any]) -> str:
         f'<section class="group" id="g-{escape(group["id"])}" data-stage="{escape(group["stage"])}" '
         f'data-outcome="{escape(group["outcome"])}" data-models="{escape(" ".join(group["models"]))}">',
         f'<h3>{number}. <span class="group-count">{group["count"]}</span>× {escape(group["outcome"])} — '
-        f"{escape(group['signature'])}</h3>",
+        f'<span class="heading">{escape(report_browser.group_heading(group))}</span></h3>',
+        f'<details class="note"><summary>signature</summary><code>{escape(controls(group["signature"]))}</code></details>',
         *(
             [f'<div class="diagnosis"><b>Diagnosis:</b> {escape(group["evidence"])}.</div>']
             if group.get("diagnosis")
@@ -152,7 +153,7 @@ def _group(number: int, group: dict[str, Any]) -> str:
             f"<h4>Minimized reproducer <code>{escape(group['reproducer_file'] or '')}</code></h4>",
             f'<div class="note">shrunk from {shrunk["from_size"]} to {shrunk["to_size"]} in {shrunk["seconds"]} s '
             f"({shrunk['checks']} checks). {escape(repro['note'])}</div>",
-            f'<pre class="repro-input">{visible(json.dumps(repro["input"], ensure_ascii=False, indent=1)[:3000])}</pre>',
+            f'<pre class="repro-input">{visible(json_escaped(repro["input"], indent=1)[:3000])}</pre>',
             *_texts(repro["input"]),
             f"<pre>{visible(repro['divergence'].strip()[:3000])}</pre>",
         ]
@@ -174,7 +175,7 @@ def page(payload: dict[str, Any]) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{escape(title)}</title><style>{_CSS}</style></head>
+<title>{escape(title)}</title><style>{_CSS}{report_browser.CSS}</style></head>
 <body>
 <h1>{escape(title)}</h1>
 <p id="coverage">{escape(", ".join(f"{n} {o}" for o, n in sorted(coverage.items())))}</p>
@@ -185,6 +186,7 @@ def page(payload: dict[str, Any]) -> str:
 {_matrix(rows)}
 <h2>Root causes ({len(groups)} groups, largest first)</h2>
 {"".join(_group(i, g) for i, g in enumerate(groups, 1)) or "<p>No failures, errors or reference disagreements.</p>"}
-<script>{_JS}</script>
+{report_browser.section(payload)}
+<script>{_JS}{report_browser.JS}</script>
 </body></html>
 """

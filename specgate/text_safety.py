@@ -12,7 +12,9 @@ marker before it is stored.
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
 from typing import Any
 
 from impl.bounds import BOUNDS, cut
@@ -91,3 +93,46 @@ def record_message(report: Any, message: str) -> str:
     if len(text) > BOUNDS.record_chars or controls(text) != text:
         report.longrepr = controls(message or bounded(text))
     return message
+
+
+def _invisible(ch: str) -> bool:
+    """A code point a reader cannot see or tell apart: controls, combining marks,
+    format characters, unassigned/private ones, and every space but the plain one."""
+    cat = unicodedata.category(ch)
+    return cat[0] in "MC" or (cat[0] == "Z" and ch != " ")
+
+
+def escaped(text: str) -> str:
+    """``text`` with every invisible or combining code point written as an escape
+    (``e\\u0301`` for a decomposed é, ``\\x85`` for NEL, ``\\u00a0`` for a no-break
+    space); tab and newline kept (the displays show them), a backslash doubled so an
+    escape in the text is told from one made here."""
+    out = []
+    for ch in text.replace("\\", "\\\\"):
+        if ch in "\t\n" or not _invisible(ch):
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(
+                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+            )
+    return "".join(out)
+
+
+def json_escaped(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON (non-ASCII text kept readable) with every invisible or
+    combining code point written as a JSON ``\\uXXXX`` escape: still valid JSON that
+    loads to the same value, but ``"e\\u0301"`` is not shown as ``"é"``."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    out = []
+    for ch in text:
+        if ch in "\t\n" or not _invisible(ch):
+            out.append(ch)
+        else:
+            code = ord(ch)
+            if code < 0x10000:
+                out.append(f"\\u{code:04x}")
+            else:
+                code -= 0x10000
+                out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return "".join(out)

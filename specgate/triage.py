@@ -65,7 +65,17 @@ REFERENCE_NOTE = (
 
 
 _QUOTED = re.compile(r"""[bB]?'(?:[^'\\\n]|\\.)*'|[bB]?"(?:[^"\\\n]|\\.)*\"""")
-_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![A-Za-z_])")
+# A number stands alone: one inside an identifier or a hex run (``sha256``, ``f4bc6a0``,
+# ``qwen2``) is part of a name, never partly masked. Hex digests are masked whole.
+_HEX = re.compile(r"(?<!\w)(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{7,}(?!\w)")
+_NUMBER = re.compile(r"(?<!\w)[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
+_REFERENCE_NAMES = (
+    "regex.findall of the tokenizer-file pattern",
+    "concatenated llama_token_to_piece",
+    "llama_tokenize",
+    "transformers",
+    "the oracle",
+)
 _PARENS = re.compile(r"\([^()]*\)")
 _RUNS = re.compile(r"N(?:[,\s=]*N)+")
 
@@ -80,9 +90,11 @@ def kind(message: str, model: str = "", case: str = "") -> str:
     for literal, mask in ((case, "<case>"), (model, "<model>")):
         if literal:
             text = text.replace(literal, mask)
+    for name in _REFERENCE_NAMES:  # the gate's reference or the oracle judged: one kind
+        text = text.replace(f" from {name}", " from <reference>")
     lines = [line for line in text.splitlines() if line.strip()]
     line = _QUOTED.sub("<q>", lines[0] if lines else "")
-    line = _NUMBER.sub("N", line)
+    line = _NUMBER.sub("N", _HEX.sub("<hex>", line))
     while _PARENS.search(line):  # innermost first; the mask itself has no parentheses
         line = _PARENS.sub("\ue000", line)
     line = line.replace("\ue000", "(…)")
@@ -258,7 +270,7 @@ def _check_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> V
 
     expected = oracle.split(model, inp["text"])
     got = call(engine, "split", model, inp["text"])
-    failure, disagreement = tokenizer.check_split(inp["text"], expected, got)
+    failure, disagreement = tokenizer.check_split(inp["text"], expected, got, tokenizer.ORACLE)
     outcome = "fail" if failure else "reference-disagreement" if disagreement else "pass"
     return Verdict(outcome, failure or disagreement or "", list(got), expected)
 
@@ -270,7 +282,7 @@ def _check_encode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
     expected = oracle.encode(model, inp["text"], inp["parse_special"])
     got = call(engine, "encode", model, inp["text"], inp["parse_special"])
     show = lambda i: repr(oracle.decode(model, [i]))  # noqa: E731 — a token id shown as its bytes
-    failure = tokenizer.check_encode({**inp, "ids": expected}, got, show=show)
+    failure = tokenizer.check_encode({**inp, "ids": expected}, got, show=show, reference=tokenizer.ORACLE)
     return Verdict("fail" if failure else "pass", failure or "", list(got), expected)
 
 
@@ -280,7 +292,7 @@ def _check_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
 
     expected = oracle.decode(model, inp["ids"])
     got = call(engine, "decode", model, inp["ids"])
-    failure = tokenizer.check_decode(expected, bytes(got))
+    failure = tokenizer.check_decode(expected, bytes(got), tokenizer.ORACLE)
     return Verdict("fail" if failure else "pass", failure or "", bytes(got).hex(), expected.hex())
 
 
@@ -309,7 +321,7 @@ def _check_render(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
         if "error" not in expected:
             refused(f"{engine.name} refuses this render input: {exc}")
         got, refusal = None, str(exc)
-    failure = render.check(expected, got, refusal, key)
+    failure = render.check(expected, got, refusal, key, reference="the oracle")
     answer = got if got is not None else {"refusal": refusal}
     return Verdict(
         "fail" if failure else "pass", failure or "", answer, expected.get(key, expected.get("error"))

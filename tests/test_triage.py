@@ -85,7 +85,7 @@ def test_one_defect_in_many_cases_is_one_group_and_other_kinds_are_not():
     ]
     groups = triage.group_records(records)
     assert [len(g.records) for g in groups] == [3, 2, 1, 1]
-    assert groups[0].signature == "encode · fail · ids differ from llama_tokenize on text <q>"
+    assert groups[0].signature == "encode · fail · ids differ from <reference> on text <q>"
     assert "KeyError" in groups[1].signature and "ValueError" in groups[2].signature + groups[3].signature
     assert len({g.id for g in groups}) == 4
 
@@ -162,4 +162,4 @@ def test_a_construct_template_shrinks_by_characters():
     repro, group = shrink_one(TemplateStrips(), "render", "constructs", "06_str_rsplit_no_sep", message)
     assert repro is not None, group.shrink_note
     assert len(repro["input"]["template"]) <= 2 < len(template), repro["input"]
-    assert repro["divergence"].startswith("rendered prompt differs from transformers")
+    assert repro["divergence"].startswith("rendered prompt differs from the oracle")

@@ -30,7 +30,9 @@ def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "
         return None, str(exc)
 
 
-def check(expected: dict[str, Any], got: str | None, refusal: str, key: str) -> str | None:
+def check(
+    expected: dict[str, Any], got: str | None, refusal: str, key: str, reference: str = "transformers"
+) -> str | None:
     """``expected`` is the snapshot case (``{key: text}`` or ``{"error": {...}}``);
     ``got`` the engine's text, or None when it refused with message ``refusal``."""
     if "error" in expected:
@@ -50,4 +52,4 @@ def check(expected: dict[str, Any], got: str | None, refusal: str, key: str) -> 
         return f"the engine refused what the reference renders: {refusal}"
     bounded_answer(expected[key], got, key)
     diff = text_diff(expected[key], got)
-    return None if diff is None else f"rendered prompt differs from transformers\n{diff}"
+    return None if diff is None else f"rendered prompt differs from {reference}\n{diff}"

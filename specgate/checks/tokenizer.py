@@ -20,6 +20,13 @@ from typing import Any
 
 from specgate.gate import first_difference, first_divergence
 
+#: The reference that judges each stage in the gate (named in its messages); a re-check
+#: on a new input is judged by the oracle instead and says so (``specgate.triage``).
+SPLIT_REFERENCE = "regex.findall of the tokenizer-file pattern"
+ENCODE_REFERENCE = "llama_tokenize"
+DECODE_REFERENCE = "concatenated llama_token_to_piece"
+ORACLE = "the oracle"
+
 
 def unicode_version_skew(text: str) -> str | None:
     """Why ``text`` is split differently under other Unicode versions, or None: the
@@ -39,7 +46,9 @@ def excerpt(text: str, at: int, width: int = 24) -> str:
     return repr(text[max(0, at - width) : at + width])
 
 
-def check_split(text: str, expected: Sequence[str], got: Sequence[str]) -> tuple[str | None, str | None]:
+def check_split(
+    text: str, expected: Sequence[str], got: Sequence[str], reference: str = SPLIT_REFERENCE
+) -> tuple[str | None, str | None]:
     """``(failure, disagreement)`` for the engine's pieces ``got`` of ``text`` against
     the reference's: pieces must tile the text and equal the reference's; a
     difference in a text with Unicode-version skew is a disagreement instead."""
@@ -56,25 +65,30 @@ def check_split(text: str, expected: Sequence[str], got: Sequence[str]) -> tuple
         return None, f"the engine's split differs from CPython regex's in {text[:60]!r}; {skew}"
     offset = sum(len(p) for p in expected[:i])  # the pieces before the first difference are equal
     return (
-        f"pieces differ from regex.findall of the tokenizer-file pattern at text offset {offset} "
+        f"pieces differ from {reference} at text offset {offset} "
         f"({excerpt(text, offset)})\n{first_divergence(expected, got)}"
     ), None
 
 
-def check_encode(case: dict[str, Any], got: Sequence[int], show: Callable[[int], str] = repr) -> str | None:
+def check_encode(
+    case: dict[str, Any],
+    got: Sequence[int],
+    show: Callable[[int], str] = repr,
+    reference: str = ENCODE_REFERENCE,
+) -> str | None:
     """The encode comparison: ``case`` = ``{"text", "parse_special", "ids"}``."""
     where = first_divergence(case["ids"], list(got), show=show)
     if where is None:
         return None
-    return f"ids differ from llama_tokenize on text {excerpt(case['text'], 0, 40)}\n{where}"
+    return f"ids differ from {reference} on text {excerpt(case['text'], 0, 40)}\n{where}"
 
 
-def check_decode(expected: bytes, got: bytes) -> str | None:
+def check_decode(expected: bytes, got: bytes, reference: str = DECODE_REFERENCE) -> str | None:
     at = first_difference(expected, got)
     if at is None:
         return None
     return (
-        f"bytes differ from concatenated llama_token_to_piece at byte {at} (reference length "
+        f"bytes differ from {reference} at byte {at} (reference length "
         f"{len(expected)}, engine length {len(got)})\n"
         f"  reference: {expected[max(0, at - 16) : at + 16]!r}\n  engine:    {got[max(0, at - 16) : at + 16]!r}"
     )
