@@ -202,13 +202,15 @@ def test_an_endless_body_is_an_error_at_the_body_bound(server: str, mode: str) -
 
 @pytest.mark.parametrize("mode", ["trickle-body", "trickle-headers"])
 def test_a_trickling_server_times_out_at_the_request_deadline(server: str, mode: str) -> None:
-    report = run_client(f"http:{server}/{mode}", [["probe"]], {"SPECGATE_HTTP_TIMEOUT": "3"}, timeout=30)
+    report = run_client(f"http:{server}/{mode}", [["probe"]], {"SPECGATE_HTTP_TIMEOUT": "3"}, timeout=120)
     [probe] = report["results"]
     assert probe["outcome"] == "error"
     assert "not answered in full within 3 s (SPECGATE_HTTP_TIMEOUT" in probe["message"], short(
         probe["message"]
     )
-    assert 2.5 < report["seconds"] < 6
+    # Not before the deadline; and far before the trickle ends (2 s a byte: 120 s of headers,
+    # 2000 s of body) — a ceiling that holds on a saturated machine, not a quiet one's timing.
+    assert 2.5 < report["seconds"] < 60
 
 
 def test_http_settings_are_validated(monkeypatch: pytest.MonkeyPatch) -> None:

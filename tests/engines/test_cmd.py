@@ -167,7 +167,7 @@ def test_hang_past_the_timeout_is_an_error_and_is_killed(toy, tmp_path: Path) ->
     t0 = time.monotonic()
     with pytest.raises(EngineError, match=r"no answer to request 1 \(encode\) within 1.5 s"):
         engine.encode(MODEL, "a", parse_special=False)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60  # the engine hangs forever: any ceiling shows the kill
     assert engine.encode(MODEL, "b", parse_special=False) == [98]
     assert engine.starts == 2
 
