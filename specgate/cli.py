@@ -196,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
 
     add_search_parser(sub)
     args = parser.parse_args(argv)
+    from impl.envvars import check_all
+    from impl.protocol import EngineError
+
+    try:
+        check_all()  # every numeric SPECGATE_* setting: a bad one is one line, before anything runs
+    except EngineError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
     try:
         return args.func(args)
     except model_cache.ModelError as exc:
