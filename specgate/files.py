@@ -10,9 +10,84 @@ back to the very same string.
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 from pathlib import Path
 
 
 def write_text(path: Path, text: str) -> None:
     """``text`` to ``path`` as UTF-8, lone surrogates written as ``\\uXXXX``."""
     path.write_bytes(text.encode("utf-8", "backslashreplace"))
+
+
+# ---------------------------------------------------------------------------
+# reading files whatever is at the path
+
+
+class UnsafeFile(Exception):
+    """A file that is not read: not a regular file, too large, unreadable (one line)."""
+
+
+def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of ``path`` when it is a regular file of at most ``limit`` bytes; else an
+    ``UnsafeFile`` naming it. Opened without blocking (a FIFO would wait for a writer
+    forever) and checked on the open descriptor (a symlink to ``/dev/zero`` is a character
+    device, whose reading never ends); read to at most ``limit`` bytes even if it grows."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UnsafeFile(f"cannot read {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise UnsafeFile(f"{what} {path} is a {kind}, not a regular file: not read")
+        size = os.fstat(fd).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
+            raise UnsafeFile(
+                f"{what} {path} is larger than its bound ({max(size, len(data))} > {limit} bytes)"
+            )
+    return data
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "directory"),
+)
+
+
+# ---------------------------------------------------------------------------
+# names that become path components
+
+#: The longest name used as one path component (a model id, a group id).
+MAX_COMPONENT_CHARS = 200
+
+
+def component_problem(name: str) -> str | None:
+    """None when ``name`` is safe as one path component (a folder or file name under a
+    directory specgate owns); else why not: empty, ``.`` or ``..``, a path separator, a
+    control character, or longer than ``MAX_COMPONENT_CHARS``."""
+    if not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return f"{name!r} names a directory itself, not one inside it"
+    if "/" in name or "\\" in name:
+        return "it contains a path separator"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        return "it contains a control character"
+    if len(name) > MAX_COMPONENT_CHARS:
+        return f"it is longer than {MAX_COMPONENT_CHARS} characters"
+    return None
+
+
+def safe_component(name: str, fallback: str = "unnamed") -> str:
+    """``name`` made into a safe path component: every character but ASCII letters,
+    digits, ``-`` and ``_`` becomes ``_``, cut to ``MAX_COMPONENT_CHARS`` (``fallback``
+    when nothing is left)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:MAX_COMPONENT_CHARS].strip("_")
+    return cleaned or fallback
