@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     try:
         return args.func(args)
+    except model_cache.CacheNotWritable as exc:  # a setup error
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
     except model_cache.ModelError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_text(path: Path, text: str) -> None:
@@ -34,22 +35,34 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
     ``UnsafeFile`` naming it. Opened without blocking (a FIFO would wait for a writer
     forever) and checked on the open descriptor (a symlink to ``/dev/zero`` is a character
     device, whose reading never ends); read to at most ``limit`` bytes even if it grows."""
+    with _open_regular(path, limit, what) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFile(f"{what} {path} is larger than its bound ({limit} bytes)")
+    return data
+
+
+def check_regular(path: Path, limit: int, what: str = "file") -> None:
+    """``read_regular``'s checks without reading the file."""
+    with _open_regular(path, limit, what):
+        pass
+
+
+def _open_regular(path: Path, limit: int, what: str) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UnsafeFile(f"cannot read {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise UnsafeFile(f"{what} {path} is a {kind}, not a regular file: not read")
-        size = os.fstat(fd).st_size
-        data = f.read(limit + 1) if size <= limit else b""
-        if size > limit or len(data) > limit:
-            raise UnsafeFile(
-                f"{what} {path} is larger than its bound ({max(size, len(data))} > {limit} bytes)"
-            )
-    return data
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        f.close()
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise UnsafeFile(f"{what} {path} is a {kind}, not a regular file: not read")
+    if st.st_size > limit:
+        f.close()
+        raise UnsafeFile(f"{what} {path} is larger than its bound ({st.st_size} > {limit} bytes)")
+    return f
 
 
 _KINDS = (
@@ -91,3 +104,15 @@ def safe_component(name: str, fallback: str = "unnamed") -> str:
     when nothing is left)."""
     cleaned = re.sub(r"[^A-Za-z0-9_-]", "_", name)[:MAX_COMPONENT_CHARS].strip("_")
     return cleaned or fallback
+
+
+def remove_stale(folder: Path, pattern: str = "*.json") -> int:
+    """Remove the files matching ``pattern`` in ``folder`` (a report stem's reproducers,
+    before a run writes its own: none is listed from an older run); how many. Symlinks
+    are removed themselves, never followed; subfolders are left alone."""
+    removed = 0
+    for path in sorted(folder.glob(pattern)) if folder.is_dir() else []:
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

@@ -254,8 +254,10 @@ def specgate(request: pytest.FixtureRequest) -> SpecgateSession:
 
 
 def check_usage(config: pytest.Config) -> None:
-    """Stop the run with one line (``pytest.UsageError``, exit status 4) on an
-    unknown stage, an unusable ``--impl`` or an unusable ``--model``."""
+    """Stop the run with one line (``pytest.UsageError``, exit status 4) on an unknown
+    stage, an unusable ``--impl`` or ``--model``, or a snapshot file that is not one."""
+    from specgate import snapshots
+
     stages = selected_stages(config)
     if stages is not None:
         known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
@@ -282,6 +284,7 @@ def check_usage(config: pytest.Config) -> None:
                 open_gguf(ref.gguf)
             except GGUFError as exc:
                 raise pytest.UsageError(f"--model {spec!r}: not a readable GGUF file: {exc}") from None
+    snapshots.check_files(config.stash[SESSION].snapshot_root, selected_models(config))  # UsageError
 
 
 def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -682,16 +685,18 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
     import time
     from pathlib import Path
 
-    from specgate import report, triage
+    from specgate import files, report, triage
 
     state.groups = triage.group_records(state.records)
+    repro_dir = Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard)
+    files.remove_stale(repro_dir)  # the stem's reproducers are this run's only
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
         return
     start = time.monotonic()
     triage.shrink_groups(
         state.groups,
         state.impl,
-        Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard),
+        repro_dir,
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
     )
@@ -717,8 +722,6 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     gate's snapshot × every case in it (ids read from the snapshot; the marker's
     ``cases`` prefix, when given, picks some). The construct templates' snapshot has
     one pseudo model, gated whatever models are selected."""
-    import json
-
     from specgate import corpus, snapshots
 
     stage, prefix = snapshot_stage(gate), gate.kwargs.get("cases", "")
@@ -730,8 +733,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     for model_id in models:
         if model_id not in snapshots.available(stage, root):
             continue
-        path = snapshots.path_for(model_id, stage, root)
-        for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+        for case_id in snapshots.case_ids(model_id, stage, root):
             if case_id.startswith(prefix):
                 params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params
