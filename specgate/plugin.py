@@ -27,6 +27,7 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
+from specgate import interrupts, snapshots
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.verdict import GateRecord, run_verdict
@@ -175,8 +176,6 @@ class SpecgateSession:
         """A stage snapshot's cases, loaded and provenance-checked once per session.
         A stale snapshot (model sha256 changed) fails loudly. The construct templates'
         pseudo model's snapshot is always the repository's."""
-        from specgate import snapshots
-
         key = (model.id, stage)
         if key not in self.snapshots:
             root = snapshots.SNAPSHOT_ROOT if model.role == "corpus" else self.snapshot_root
@@ -191,8 +190,6 @@ SESSION = pytest.StashKey[SpecgateSession]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from specgate import snapshots
-
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
     config.stash[SESSION] = SpecgateSession(
         impl=config.getoption("--impl"),
@@ -201,6 +198,7 @@ def pytest_configure(config: pytest.Config) -> None:
         snapshot_root=snapshots.root_of(config),
     )
     _running[0] = config.stash[SESSION]
+    interrupts.install(config)  # Ctrl-C: the first stops the run with a report, the second exits
     config.stash[SESSION].shard = chosen_shard(config)
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
@@ -238,8 +236,6 @@ _running: list[SpecgateSession | None] = [None]
 def running_session() -> SpecgateSession:
     """The session of the pytest run in progress (a fresh one outside any run)."""
     if _running[0] is None:
-        from specgate import snapshots
-
         _running[0] = SpecgateSession(impl="", snapshot_root=snapshots.SNAPSHOT_ROOT)
     return _running[0]
 
@@ -256,8 +252,6 @@ def specgate(request: pytest.FixtureRequest) -> SpecgateSession:
 def check_usage(config: pytest.Config) -> None:
     """Stop the run with one line (``pytest.UsageError``, exit status 4) on an unknown
     stage, an unusable ``--impl`` or ``--model``, or a snapshot file that is not one."""
-    from specgate import snapshots
-
     stages = selected_stages(config)
     if stages is not None:
         known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
@@ -290,8 +284,6 @@ def check_usage(config: pytest.Config) -> None:
 def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
     """An explicitly chosen model that no selected gate case covers gates nothing:
     say so (and which snapshots it has) instead of passing an empty run."""
-    from specgate import snapshots
-
     gate_items = [i for i in items if i.get_closest_marker("gate") is not None]
     if not gate_items or not config.getoption("--model"):
         return
@@ -629,6 +621,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    interrupts.finish(session)  # an interrupted run: exit status 130
     state = session.config.stash.get(SESSION, None)
     if state is None or not state.records:
         return
@@ -636,7 +629,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if workeroutput is not None:  # a pytest-xdist worker: the controller judges the whole run
         workeroutput["specgate_records"] = records_to_wire(state.records)
         return
-    state.verdict = run_verdict(state.records)
+    state.verdict = run_verdict(state.records) + interrupts.verdict(session, len(state.records))
     if state.verdict and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -690,7 +683,8 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
     state.groups = triage.group_records(state.records)
     repro_dir = Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard)
     files.remove_stale(repro_dir)  # the stem's reproducers are this run's only
-    if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
+    shrunk = any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups)
+    if interrupts.skip_shrinking(config, state.groups) or not shrunk:
         return
     start = time.monotonic()
     triage.shrink_groups(
@@ -700,6 +694,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
     )
+    interrupts.after_shrinking(config, state)  # a Ctrl-C while shrinking: marked, exit 130
     made = sum(g.reproducer is not None for g in state.groups)
     terminalreporter.write_line(
         f"specgate: {len(state.groups)} root-cause groups, {made} minimized reproducers "
@@ -722,7 +717,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     gate's snapshot × every case in it (ids read from the snapshot; the marker's
     ``cases`` prefix, when given, picks some). The construct templates' snapshot has
     one pseudo model, gated whatever models are selected."""
-    from specgate import corpus, snapshots
+    from specgate import corpus
 
     stage, prefix = snapshot_stage(gate), gate.kwargs.get("cases", "")
     root = config.stash[SESSION].snapshot_root

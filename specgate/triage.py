@@ -580,6 +580,10 @@ def shrink_groups(
         for group in groups:
             try:
                 group.reproducer = shrinker.reproduce(group)
+            except KeyboardInterrupt:  # Ctrl-C: no more shrinking; the run's report is still written
+                for rest in groups[groups.index(group) :]:
+                    rest.shrink_note = "the run was interrupted (Ctrl-C) while shrinking: not shrunk"
+                break
             except Exception as exc:  # a reproducer is a courtesy: the run's verdict stands without it
                 group.shrink_note = (
                     f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
