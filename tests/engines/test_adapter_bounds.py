@@ -112,9 +112,9 @@ def test_an_endless_stdout_line_is_an_error_at_the_line_bound(tmp_path: Path) ->
         SPECGATE_FAULT_AT="2",
         SPECGATE_FAULT_ONCE=str(tmp_path / "fired"),
         SPECGATE_FAULT_BYTES=str(PAST_EVERY_BOUND),
-        SPECGATE_CMD_TIMEOUT="20",
+        SPECGATE_CMD_TIMEOUT="300",  # out of reach: the line bound must cut it, however busy the machine
     )
-    report = run_client(impl, [["encode", "a"], ["encode", "b"], ["encode", "c"]], env)
+    report = run_client(impl, [["encode", "a"], ["encode", "b"], ["encode", "c"]], env, timeout=600)
     first, cut, after = report["results"]
     assert first["outcome"] == "ok" and after == {"outcome": "ok", "value": [99]}
     assert cut["outcome"] == "error"
@@ -122,7 +122,7 @@ def test_an_endless_stdout_line_is_an_error_at_the_line_bound(tmp_path: Path) ->
         cut["message"]
     )
     assert report["starts"] == 2
-    assert report["seconds"] < 20, "cut at the deadline, not at the bound"
+    assert report["seconds"] < 300, "cut at the line bound, not at the deadline"
     assert report["growth"] < MAX_LINE_BYTES + 64 * MIB, (
         f"the client grew by {report['growth'] / MIB:.0f} MiB"
     )
