@@ -59,10 +59,11 @@ def install(config: pytest.Config) -> None:
         return
     config.stash[KEY] = Interrupts()
     config.stash[KEY].install()
+    config.add_cleanup(config.stash[KEY].restore)  # the previous handler back after the run
 
 
 def interrupted(config: pytest.Config) -> bool:
-    """Whether the run was interrupted: a first SIGINT, or pytest's own KeyboardInterrupt."""
+    """Whether the run was interrupted (a SIGINT reached our handler)."""
     handler = config.stash.get(KEY, None)
     return bool(handler is not None and handler.count)
 
@@ -71,7 +72,7 @@ def finish(session: pytest.Session) -> None:
     """At the session's end: an interrupted run exits with status 130."""
     if (handler := session.config.stash.get(KEY, None)) is not None:
         handler.session = session
-    if interrupted(session.config) or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+    if interrupted(session.config):  # pytest's own INTERRUPTED (2) is also a collection error: not this
         session.exitstatus = EXIT_INTERRUPTED
 
 

@@ -35,11 +35,11 @@ def vocab() -> None:
         model_missing(f"{MODEL}; run: specgate models fetch")
 
 
-def start(report_dir: Path, **env: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+def start(report_dir: Path, *extra: str, **env: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-v",
         "tests/gates/test_tokenizer.py", "-k", "split", "--impl", ENGINE, "--model", MODEL,
-        "--report-dir", str(report_dir), "--shrink-budget", "600", "--shrink-group-budget", "600",
+        "--report-dir", str(report_dir), "--shrink-budget", "600", "--shrink-group-budget", "600", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
@@ -49,10 +49,12 @@ def start(report_dir: Path, **env: str) -> tuple[subprocess.Popen[str], queue.Qu
     return proc, lines
 
 
-def wait_for_gated_cases(proc: subprocess.Popen[str], lines: queue.Queue[str], n: int) -> list[str]:
-    """Read the run's output until ``n`` gate cases have an outcome."""
+def wait_for_gated_cases(
+    proc: subprocess.Popen[str], lines: queue.Queue[str], n: int, until: str = ""
+) -> list[str]:
+    """Read the run's output until ``n`` gate cases have an outcome (and a line holds ``until``)."""
     seen, done, deadline = [], 0, time.monotonic() + 300
-    while done < n:
+    while done < n or (until and until not in seen[-1]):
         try:
             line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
         except queue.Empty:
@@ -112,3 +114,25 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
     assert "interrupted twice: exiting at once" in err and "Traceback" not in err + out, err[-3000:]
     assert not reports.exists() or not list(reports.rglob("parity-*")), list(reports.rglob("*"))
+
+
+def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
+    """Every case gated (3 of them), the matrix printed, the shrinking of the one root cause
+    under way against a new engine (0.5 s a check, 600 s of budget): Ctrl-C stops it, the
+    report is written marked INTERRUPTED, no reproducer, exit 130."""
+    reports = tmp_path / "reports"
+    proc, lines = start(reports, "--max-cases", "3")
+    wait_for_gated_cases(proc, lines, 3, until="specgate parity matrix")
+    time.sleep(3.0)  # the matrix is printed just before the shrinking starts its engine
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    stem = reports / report_stem(ENGINE, None)
+    payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+    assert len(payload["cases"]) == 3
+    assert any(v.startswith("INTERRUPTED (Ctrl-C) while shrinking") for v in payload["verdict"]), payload[
+        "verdict"
+    ]
+    assert all(g["reproducer"] is None for g in payload["groups"]), payload["groups"]
+    assert not list((reports / "repro").rglob("*.json")), "a reproducer was written after Ctrl-C"
