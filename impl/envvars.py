@@ -31,3 +31,39 @@ def env_count(name: str, default: int, what: str = "bytes") -> int:
     if not raw.strip().isdigit() or int(raw) <= 0:
         raise EngineError(f"{name}={raw!r} must be a positive whole number of {what}")
     return int(raw)
+
+
+def env_whole(name: str, default: int, what: str) -> int:
+    """A whole number ≥ 0 (0 has a meaning: e.g. the full logits array)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if not raw.strip().isdigit():
+        raise EngineError(f"{name}={raw!r} must be a non-negative whole number of {what}")
+    return int(raw)
+
+
+#: Every numeric ``SPECGATE_*`` setting, how it is read and its default: ``check_all``
+#: reads them all when a run or a command starts, so a bad one is one line before
+#: anything runs (and never a traceback where it is first read, e.g. at import).
+NUMERIC = {
+    "SPECGATE_CMD_TIMEOUT": lambda n: env_seconds(n, 60.0),
+    "SPECGATE_CMD_STARTUP_TIMEOUT": lambda n: env_seconds(n, 120.0),
+    "SPECGATE_CMD_MAX_LINE_BYTES": lambda n: env_count(n, 1),
+    "SPECGATE_CMD_LOGITS_TOP_K": lambda n: env_whole(n, 1024, "candidates"),
+    "SPECGATE_HTTP_TIMEOUT": lambda n: env_seconds(n, 60.0),
+    "SPECGATE_HTTP_MAX_BODY_BYTES": lambda n: env_count(n, 1),
+    "SPECGATE_HTTP_TOP_K": lambda n: env_count(n, 64, "candidates"),
+    "SPECGATE_LLAMA_THREADS": lambda n: llama_threads(),
+}
+
+
+def llama_threads() -> int:
+    """``SPECGATE_LLAMA_THREADS``: the threads llama.cpp references run on (default 2)."""
+    return env_count("SPECGATE_LLAMA_THREADS", 2, "threads")
+
+
+def check_all() -> None:
+    """Read every numeric setting: the first bad one is an ``EngineError`` naming it."""
+    for name, read in NUMERIC.items():
+        read(name)

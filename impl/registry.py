@@ -78,8 +78,13 @@ def check(spec: str) -> None:
     import os
     import shutil
 
+    from impl import envvars
     from impl.protocol import EngineError
 
+    try:
+        envvars.check_all()  # every numeric SPECGATE_* setting, whichever adapter reads it
+    except EngineError as exc:
+        raise UnknownImpl(str(exc)) from None
     try:
         if spec.startswith(("cmd:", "http:")):
             engine = resolve(spec)

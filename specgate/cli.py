@@ -125,18 +125,26 @@ def _engine(args: argparse.Namespace) -> int:
 
 def _repro(args: argparse.Namespace) -> int:
     """``repro FILE --impl X``: the reproducer's input re-checked on the engine against
-    the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not."""
+    the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not,
+    4 for a file that is not a replayable reproducer (``specgate.reproducer``)."""
     from impl.registry import UnknownImpl, resolve
-    from specgate import text_safety, triage
+    from specgate import reproducer, text_safety, triage
 
     try:
-        data = triage.load_reproducer(args.file)
+        data = reproducer.load(args.file)
+        reproducer.model_of(data, args.file)
         engine = resolve(args.impl)
-    except (triage.ReproError, UnknownImpl) as exc:
+    except (reproducer.ReproError, UnknownImpl) as exc:
         print(f"specgate: {exc}", file=sys.stderr)
-        return 2
+        return 4
     try:
         verdict, same = triage.replay(data, engine)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:  # the oracle on an input it cannot take
+        print(
+            f"specgate: {args.file}: cannot replay: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+            file=sys.stderr,
+        )
+        return 4
     finally:
         engine.close()
     print(f"reproducer {data.get('group', args.file)} ({data['stage']} · {data['model']}) on {args.impl}:")
@@ -222,8 +230,19 @@ def main(argv: list[str] | None = None) -> int:
 
     add_search_parser(sub)
     args = parser.parse_args(argv)
+    from impl.envvars import check_all
+    from impl.protocol import EngineError
+
+    try:
+        check_all()  # every numeric SPECGATE_* setting: a bad one is one line, before anything runs
+    except EngineError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
     try:
         return args.func(args)
+    except model_cache.CacheNotWritable as exc:  # a setup error
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
     except model_cache.ModelError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 2

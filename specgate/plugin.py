@@ -27,6 +27,7 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
+from specgate import interrupts, snapshots
 from specgate import models as model_cache
 from specgate import text_safety
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
@@ -183,8 +184,6 @@ class SpecgateSession:
         """A stage snapshot's cases, loaded and provenance-checked once per session.
         A stale snapshot (model sha256 changed) fails loudly. The construct templates'
         pseudo model's snapshot is always the repository's."""
-        from specgate import snapshots
-
         key = (model.id, stage)
         if key not in self.snapshots:
             root = snapshots.SNAPSHOT_ROOT if model.role == "corpus" else self.snapshot_root
@@ -199,8 +198,6 @@ SESSION = pytest.StashKey[SpecgateSession]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from specgate import snapshots
-
     config.addinivalue_line("markers", "gate(stage): a stage gate run against the engine under test")
     config.addinivalue_line(
         "markers",
@@ -214,6 +211,7 @@ def pytest_configure(config: pytest.Config) -> None:
         snapshot_root=snapshots.root_of(config),
     )
     _running[0] = config.stash[SESSION]
+    interrupts.install(config)  # Ctrl-C: the first stops the run with a report, the second exits
     config.stash[SESSION].shard = chosen_shard(config)
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
@@ -251,8 +249,6 @@ _running: list[SpecgateSession | None] = [None]
 def running_session() -> SpecgateSession:
     """The session of the pytest run in progress (a fresh one outside any run)."""
     if _running[0] is None:
-        from specgate import snapshots
-
         _running[0] = SpecgateSession(impl="", snapshot_root=snapshots.SNAPSHOT_ROOT)
     return _running[0]
 
@@ -267,8 +263,8 @@ def specgate(request: pytest.FixtureRequest) -> SpecgateSession:
 
 
 def check_usage(config: pytest.Config) -> None:
-    """Stop the run with one line (``pytest.UsageError``, exit status 4) on an
-    unknown stage, an unusable ``--impl`` or an unusable ``--model``."""
+    """Stop the run with one line (``pytest.UsageError``, exit status 4) on an unknown
+    stage, an unusable ``--impl`` or ``--model``, or a snapshot file that is not one."""
     stages = selected_stages(config)
     if stages is not None:
         known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
@@ -295,13 +291,12 @@ def check_usage(config: pytest.Config) -> None:
                 open_gguf(ref.gguf)
             except GGUFError as exc:
                 raise pytest.UsageError(f"--model {spec!r}: not a readable GGUF file: {exc}") from None
+    snapshots.check_files(config.stash[SESSION].snapshot_root, selected_models(config))  # UsageError
 
 
 def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
     """An explicitly chosen model that no selected gate case covers gates nothing:
     say so (and which snapshots it has) instead of passing an empty run."""
-    from specgate import snapshots
-
     gate_items = [i for i in items if i.get_closest_marker("gate") is not None]
     if not gate_items or not config.getoption("--model"):
         return
@@ -648,6 +643,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    interrupts.finish(session)  # an interrupted run: exit status 130
     state = session.config.stash.get(SESSION, None)
     if state is None or not state.records:
         return
@@ -655,7 +651,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if workeroutput is not None:  # a pytest-xdist worker: the controller judges the whole run
         workeroutput["specgate_records"] = records_to_wire(state.records)
         return
-    state.verdict = run_verdict(state.records)
+    state.verdict = run_verdict(state.records) + interrupts.verdict(session, len(state.records))
     if state.verdict and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -704,17 +700,24 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
     import time
     from pathlib import Path
 
-    from specgate import report, triage
+    from specgate import files, report, triage
 
+    repro_dir = Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard)
+    files.remove_stale(repro_dir)  # the stem's reproducers are this run's only
+    if interrupts.interrupted(config):  # after a Ctrl-C no new engine is started
+        state.groups = triage.group_records(state.records)
+        interrupts.skip_shrinking(config, state.groups)
+        return
     start = time.monotonic()
     state.groups = triage.examine(
         state.records,
         state.impl,
-        Path(config.getoption("--report-dir")) / "repro" / report.report_stem(state.impl, state.shard),
+        repro_dir,
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
         diagnose_budget=config.getoption("--diagnose-budget"),
     )
+    interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
         return
     made = sum(g.reproducer is not None for g in state.groups)
@@ -740,9 +743,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     gate's snapshot × every case in it (ids read from the snapshot; the marker's
     ``cases`` prefix, when given, picks some). The construct templates' snapshot has
     one pseudo model, gated whatever models are selected."""
-    import json
-
-    from specgate import corpus, snapshots
+    from specgate import corpus
 
     stage, prefix = snapshot_stage(gate), gate.kwargs.get("cases", "")
     root = config.stash[SESSION].snapshot_root
@@ -753,8 +754,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     for model_id in models:
         if model_id not in snapshots.available(stage, root):
             continue
-        path = snapshots.path_for(model_id, stage, root)
-        for case_id in json.loads(path.read_text(encoding="utf-8"))["cases"]:
+        for case_id in snapshots.case_ids(model_id, stage, root):
             if case_id.startswith(prefix):
                 params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params

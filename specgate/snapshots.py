@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.protocol import ModelRef
-from specgate import lock
+from specgate import files, lock
 from specgate.snapshot_diff import first_divergence_of_values
 
 SNAPSHOT_ROOT = Path(__file__).resolve().parent.parent / "snapshots"
@@ -52,7 +52,49 @@ def regenerate_command(model: ModelRef, root: Path = SNAPSHOT_ROOT) -> str:
 
 
 def path_for(model_id: str, stage: str, root: Path = SNAPSHOT_ROOT) -> Path:
+    """``<root>/<model>/<stage>.json``; a model id that is not one safe path component
+    (``..``, a separator, a control character) never reaches the file system."""
+    if (why := files.component_problem(model_id)) is not None:
+        raise SnapshotError(f"model id {model_id!r} cannot name a snapshot folder: {why}")
     return root / model_id / f"{stage}.json"
+
+
+#: The largest snapshot file read (the repository's largest is under 1 MB).
+MAX_SNAPSHOT_BYTES = 256 << 20
+
+
+def read_json(path: Path) -> Any:
+    """A snapshot file's JSON, read only when it is a regular file of at most
+    ``MAX_SNAPSHOT_BYTES`` (``files.read_regular``: a FIFO or ``/dev/zero`` is not read)."""
+    try:
+        return json.loads(files.read_regular(path, MAX_SNAPSHOT_BYTES, "snapshot").decode("utf-8"))
+    except files.UnsafeFile as exc:
+        raise SnapshotError(str(exc)) from None
+    except (ValueError, RecursionError) as exc:
+        raise SnapshotError(f"malformed snapshot {path}: {str(exc)[:300]}") from None
+
+
+def case_ids(model_id: str, stage: str, root: Path = SNAPSHOT_ROOT) -> list[str]:
+    """The case ids of a snapshot (to parametrize the gates; provenance is checked on load)."""
+    data = read_json(path_for(model_id, stage, root))
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), dict):
+        raise SnapshotError(f"malformed snapshot {path_for(model_id, stage, root)}: no cases object")
+    return list(data["cases"])
+
+
+def check_files(root: Path, model_ids: list[str]) -> None:
+    """Every snapshot file of ``model_ids`` under ``root`` (and the construct templates')
+    is a regular file of at most ``MAX_SNAPSHOT_BYTES``, before a gate opens it (a FIFO
+    would hang the run, ``/dev/zero`` fill its memory): else the run stops with one line
+    naming it (``pytest.UsageError``, exit status 4; called by the plugin's usage check)."""
+    import pytest
+
+    folders = [root / m for m in model_ids if files.component_problem(m) is None]
+    for path in [p for folder in folders for p in sorted(folder.glob("*.json"))]:
+        try:
+            files.check_regular(path, MAX_SNAPSHOT_BYTES, "snapshot")
+        except files.UnsafeFile as exc:
+            raise pytest.UsageError(str(exc)) from None
 
 
 def package_versions(*names: str) -> dict[str, str]:
@@ -96,8 +138,8 @@ def load(model: ModelRef, stage: str, root: Path = SNAPSHOT_ROOT) -> dict[str, A
         raise SnapshotError(
             f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {regenerate}"
         )
+    data = read_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         prov, cases = data["provenance"], data["cases"]
     except (ValueError, KeyError, TypeError) as exc:
         raise SnapshotError(f"malformed snapshot {path}: {exc}") from exc

@@ -151,8 +151,7 @@ def generate_family(family: str, vocab_gguf: Path, log: bool = True) -> list[str
     todo = [t for t in spec.types if not _intact(f"tiny-{family}-{t}")]
     if not todo:
         return []
-    work = model_cache.cache_dir() / "tiny-build" / family
-    work.mkdir(parents=True, exist_ok=True)
+    work = model_cache.writable(model_cache.cache_dir() / "tiny-build" / family)
     checkpoint = work / "hf"
     if not (checkpoint / "model.safetensors").exists():
         build_checkpoint(spec, checkpoint)
@@ -163,7 +162,7 @@ def generate_family(family: str, vocab_gguf: Path, log: bool = True) -> list[str
     written = []
     for kind in todo:
         model_id = f"tiny-{family}-{kind}"
-        gguf_path(model_id).parent.mkdir(parents=True, exist_ok=True)
+        model_cache.writable(gguf_path(model_id).parent)
         tmp = gguf_path(model_id).with_suffix(".tmp")
         if kind in convert.FLOAT_TYPES:
             convert.hf_to_gguf(checkpoint, tmp, kind, vocab_gguf, model_id)

@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from specgate import files
+from specgate.reproducer import ReproError, model_for  # noqa: F401
+from specgate.reproducer import load as load_reproducer  # noqa: F401
 
 #: The outcomes grouped by root cause (refusals are grouped by message in the report).
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
@@ -436,16 +438,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
     return {"ids": list(case["ids"])}
 
 
-def model_for(model_id: str) -> Any:
-    from specgate import corpus, models
-
-    if model_id == corpus.CONSTRUCTS_MODEL_ID:
-        return corpus.constructs_model()
-    if model_id == SAMPLER_MODEL_ID:
-        return None
-    return models.model_ref(model_id)
-
-
 def size(inp: dict[str, Any]) -> int:
     """How big an input is, in the units it is shrunk by."""
     if "text" in inp:
@@ -653,6 +645,10 @@ def shrink_groups(
         for group in groups:
             try:
                 group.reproducer = shrinker.reproduce(group)
+            except KeyboardInterrupt:  # Ctrl-C: no more shrinking; the run's report is still written
+                for rest in groups[groups.index(group) :]:
+                    rest.shrink_note = "the run was interrupted (Ctrl-C) while shrinking: not shrunk"
+                break
             except Exception as exc:  # a reproducer is a courtesy: the run's verdict stands without it
                 group.shrink_note = (
                     f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
@@ -670,29 +666,6 @@ def shrink_groups(
 
 # ---------------------------------------------------------------------------
 # replaying a reproducer (``specgate repro``)
-
-
-class ReproError(Exception):
-    """A reproducer file that cannot be replayed (one line for the user)."""
-
-
-def load_reproducer(path: str | Path) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReproError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ReproError(f"{path} is not JSON: {exc}") from None
-    missing = [
-        k for k in ("stage", "model", "input", "signature") if not isinstance(data, dict) or k not in data
-    ]
-    if missing:
-        raise ReproError(f"{path} is not a specgate reproducer: no {', '.join(missing)}")
-    if data["stage"] not in REPLAYABLE_FILES:
-        raise ReproError(
-            f"{path}: stage {data['stage']!r} cannot be replayed (replayable: {', '.join(REPLAYABLE_FILES)})"
-        )
-    return data
 
 
 def replay(data: dict[str, Any], engine: Any) -> tuple[Verdict, bool]:

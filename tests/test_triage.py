@@ -109,7 +109,7 @@ def test_repro_of_a_bad_file_is_one_line(tmp_path):
     not_repro.write_text('{"stage": "split"}', encoding="utf-8")
     wrong = repro_cli(str(not_repro), "--impl", "oracle")
     for proc, needle in ((missing, "cannot read"), (wrong, "is not a specgate reproducer: no model, input")):
-        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+        assert proc.returncode == 4 and needle in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 

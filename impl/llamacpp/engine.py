@@ -7,14 +7,12 @@ tokenizer stages (fast), full weights for logits/generation.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from impl.envvars import llama_threads
 from impl.loaded import PerModel
 from impl.protocol import Engine, ModelRef, has_weights
-
-N_THREADS = int(os.environ.get("SPECGATE_LLAMA_THREADS", "2"))
 
 
 class LlamaCppEngine(Engine):
@@ -126,7 +124,7 @@ def _open(model: ModelRef, vocab_only: bool) -> Any:
             model_path=str(model.gguf),
             vocab_only=vocab_only,
             n_ctx=512 if vocab_only else 4096,
-            n_threads=N_THREADS,
+            n_threads=llama_threads(),  # SPECGATE_LLAMA_THREADS, checked when read
             logits_all=not vocab_only,
             verbose=False,
         )

@@ -94,17 +94,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _save(paths: list[Path]) -> int:
-    from specgate import triage
+    from specgate import reproducer
     from specgate.search.corpus import SaveError, save
 
     status = 0
     for path in paths:
         try:
-            data = triage.load_reproducer(path)
-            written, command = save(data)
-        except (triage.ReproError, SaveError) as exc:
+            written, command = save(reproducer.load(path))
+        except (reproducer.ReproError, SaveError) as exc:
             print(f"specgate: {exc}", file=sys.stderr)
-            status = 2
+            status = 4  # a file that is not a savable reproducer: a usage error
             continue
         print(f"saved {path} as a corpus case in {written}; record its references with: {command}")
     return status

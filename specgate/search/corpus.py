@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate import corpus as corpus_files
+from specgate import files
 
 
 class SaveError(Exception):
@@ -28,7 +29,8 @@ class SaveError(Exception):
 def save(data: dict[str, Any], corpus: Path = corpus_files.CORPUS) -> tuple[Path, str]:
     """Write the reproducer ``data`` into the corpus; the file written and the command
     that records its references."""
-    stage, inp, group = data["stage"], data["input"], data.get("group", "search")
+    # the group id becomes part of a file name: letters, digits, - and _ only
+    stage, inp, group = data["stage"], data["input"], files.safe_component(str(data.get("group", "search")))
     note = f"found by specgate search ({data.get('impl', '?')}): {data['signature']}"
     if stage in ("split", "encode"):
         path = corpus / "texts" / "tokenizer.jsonl"

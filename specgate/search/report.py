@@ -40,6 +40,7 @@ def write(result: SearchResult, out: Path) -> list[Path]:
 
     name = stem(result.impl)
     repro_dir = out / "repro" / name
+    files.remove_stale(repro_dir)  # this search's reproducers only (the database replays old failures first)
     for finding in result.findings:
         c = finding.candidate
         key = c.signature + (f" ¦ {c.shape}" if c.shape else "")  # variants of one signature: own files

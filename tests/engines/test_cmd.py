@@ -164,11 +164,11 @@ def test_broken_answer_is_an_error_then_the_engine_restarts(
 
 
 def test_hang_past_the_timeout_is_an_error_and_is_killed(toy, tmp_path: Path) -> None:
-    engine = toy(fault="hang", at=1, timeout=1.5, once=tmp_path / "fired")
+    engine = toy(fault="hang", at=1, timeout=5, once=tmp_path / "fired")  # the toy answers in ms
     t0 = time.monotonic()
-    with pytest.raises(EngineError, match=r"no answer to request 1 \(encode\) within 1.5 s"):
+    with pytest.raises(EngineError, match=r"no answer to request 1 \(encode\) within 5 s"):
         engine.encode(MODEL, "a", parse_special=False)
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60  # the engine hangs forever: any ceiling shows the kill
     assert engine.encode(MODEL, "b", parse_special=False) == [98]
     assert engine.starts == 2
 

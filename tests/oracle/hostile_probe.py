@@ -113,12 +113,18 @@ def probe(
     return json.loads(b"".join(chunks))
 
 
-def wall_bound(seconds: float, hang_seconds: float) -> float:
-    """A wall-clock bound of ``seconds``, unless more processes want the CPUs than there
-    are (a shared CI box): then wall time measures the neighbours, the CPU-time bound
-    still holds, and the wall bound is only that nothing hangs (``hang_seconds``)."""
-    oversubscribed = os.getloadavg()[0] > (os.cpu_count() or 1)
-    return hang_seconds if oversubscribed else seconds
+#: Budgets of one render that race each other: which fires first depends on the
+#: machine's load (the time budget is wall-clock), not on the template. A template
+#: expected to meet the memory budget is within its bound when either stops it — its
+#: peak memory is measured and bounded on its own. (CI saw ``50_many_big_strings``
+#: refused by the time budget on a busy machine, and the tests insisted on "memory".)
+RACING_BUDGETS = {"memory budget": ("render memory budget exceeded", "render time budget exceeded")}
+
+
+def names_expected(message: str, expect: str) -> bool:
+    """Whether a refusal ``message`` names what the template's ``expect`` line asks for
+    (for a render budget: any budget it races with, see ``RACING_BUDGETS``)."""
+    return any(name in message for name in RACING_BUDGETS.get(expect, (expect,)))
 
 
 def _warm_up() -> None:

@@ -8,9 +8,10 @@ import time
 
 from oracle import template as tpl
 from specgate import corpus
+from tests.oracle import hostile_probe
 
 HOSTILE = corpus.hostile_templates()
-HANG_SECONDS = 5.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
+HANG_SECONDS = 20.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
 
 
 def hostile_problem(source: str, expect: str) -> str | None:
@@ -27,7 +28,7 @@ def hostile_problem(source: str, expect: str) -> str | None:
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         if max(cpu, elapsed) > HANG_SECONDS:
             return f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)"
-        if expect not in str(exc):
+        if not hostile_probe.names_expected(str(exc), expect):
             return f"refusal does not name {expect!r}: {exc}"
         if exc.line is None or f"template line {exc.line}" not in str(exc):
             return f"refusal does not name the template line: {exc}"

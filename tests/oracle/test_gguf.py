@@ -106,13 +106,13 @@ def test_metadata_load_time_within_2x_of_llama_cpp(record_property):
 
     path = str(get_model("qwen2.5-coder-0.5b-instruct").gguf)
     ours, theirs = [], []
-    for _ in range(3):
-        t0 = time.perf_counter()
+    for _ in range(3):  # CPU time (every thread's): the work each does, not the neighbours' load
+        t0 = time.process_time()
         open_gguf(path)
-        ours.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        ours.append(time.process_time() - t0)
+        t0 = time.process_time()
         llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False).close()
-        theirs.append(time.perf_counter() - t0)
+        theirs.append(time.process_time() - t0)
     ratio = min(ours) / min(theirs)
     record_property("gguf_load_s", min(ours))
     record_property("llama_vocab_load_s", min(theirs))
@@ -253,12 +253,12 @@ def test_corrupted_real_header_never_escapes_as_another_exception(real_header, t
     how = data.draw(corruptions(len(real_header)))
     path = tmp_path / "c.gguf"
     path.write_bytes(corrupt(real_header, how))
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: the work done, whatever else the machine runs
     try:
         g = open_gguf(path)
         for name in g.tensors:  # reading tensor bytes of an accepted file stays in bounds
             assert g.tensor_bytes(name).size == g.tensors[name].nbytes
     except GGUFError as exc:
         assert str(path) in str(exc), f"error does not name the file: {exc}"
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"{how}: took {elapsed:.2f}s"
+    elapsed = time.process_time() - t0
+    assert elapsed < 1.0, f"{how}: took {elapsed:.2f}s of CPU"

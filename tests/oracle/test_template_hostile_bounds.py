@@ -8,10 +8,12 @@ aims for. A child still running after ``HANG_SECONDS`` is killed and reported
 as hung, so a regression costs seconds, not the machine.
 
 The refusal must be a ``TemplateRefusal`` whose message names the construct the
-corpus file expects (its ``{#- expect: … -#}`` line) and the template line. Time is
-bounded twice: CPU time (the work done, whatever the neighbours do) and wall time
-(relaxed to "no hang" only while the machine is oversubscribed, see
-``hostile_probe.wall_bound``).
+corpus file expects (its ``{#- expect: … -#}`` line) and the template line. The
+bounds asserted are the ones that hold on any machine, however busy: the CPU time
+the refusal cost (the work done, whatever the neighbours do), the peak memory, and
+that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). Which
+of two racing render budgets fired (time, wall-clock, or memory) is not asserted
+(``hostile_probe.RACING_BUDGETS``): it depends on the machine's load.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 
 REFUSAL_SECONDS = 1.0
 PEAK_MB = 256
-HANG_SECONDS = 5.0
+HANG_SECONDS = 20.0  # a wall-clock kill: no hang, on a machine as busy as CI's
 # A child's address space is capped, so that a regression raises MemoryError in it
 # instead of taking gigabytes from the machine (far above the 256 MB bound).
 ADDRESS_SPACE_CAP_MB = 2048
@@ -72,7 +74,7 @@ def bound_problems(result: dict, expect: str) -> list[str]:
         return [f"{result['outcome']}: {result.get('message', '')}"]
     problems = []
     message = result["message"]
-    if expect not in message:
+    if not hostile_probe.names_expected(message, expect):
         problems.append(f"the refusal does not name {expect!r}: {message}")
     if result["line"] is None or f"template line {result['line']}" not in message:
         problems.append(f"the refusal does not name the template line: {message}")
@@ -80,9 +82,6 @@ def bound_problems(result: dict, expect: str) -> list[str]:
         problems.append(
             f"refused only after {result['cpu_seconds']:.2f} s of CPU (bound {REFUSAL_SECONDS} s)"
         )
-    wall = hostile_probe.wall_bound(REFUSAL_SECONDS, HANG_SECONDS)
-    if result["seconds"] >= wall:
-        problems.append(f"refused only after {result['seconds']:.2f} s (bound {wall} s)")
     if result["peak_mb"] >= PEAK_MB:
         problems.append(f"peak memory {result['peak_mb']:.0f} MB (bound {PEAK_MB} MB)")
     return problems
@@ -116,6 +115,17 @@ def test_the_corpus_covers_every_class_of_the_red_team():
     stems = {name.split("_", 1)[1] for name in HOSTILE}
     missing = [case for cases in classes.values() for case in cases if case not in stems]
     assert not missing, f"hostile corpus lacks {missing}"
+
+
+def test_a_memory_template_stopped_by_the_clock_is_within_its_bound():
+    """CI's red run, made deterministic: on a busy machine the wall-clock time budget fired
+    before the memory budget for 50_many_big_strings. Here the time budget is made to fire
+    first; the refusal is still within the template's bounds (refused, its line, CPU, peak)."""
+    name = next(n for n in HOSTILE if n.endswith("many_big_strings"))
+    source, expect = HOSTILE[name]
+    clocked = fresh_probe(source, HANG_SECONDS, {"max_seconds": 0.001})
+    assert clocked["outcome"] == "refused" and "render time budget exceeded" in clocked["message"], clocked
+    assert expect == "memory budget" and bound_problems(clocked, expect) == [], clocked
 
 
 def test_the_probe_sees_memory_and_hangs():

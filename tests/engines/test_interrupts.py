@@ -1,0 +1,138 @@
+"""Ctrl-C during a parity run, as a user presses it: a real pytest run gating a slow,
+wrong ``cmd:`` engine, sent SIGINT once (the run stops gating, shrinks nothing — with a
+shrink budget of 10 minutes it would otherwise start a new engine and shrink — writes
+its report marked INTERRUPTED for what was gated, and exits 130) or twice (the second
+exits at once, 130, one line, no traceback and no report)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specgate import models as model_cache
+from specgate.plugin import model_missing
+from specgate.report import report_stem
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = f"cmd:{sys.executable} tests/engines/slow_engine.py"
+MODEL = "qwen3-vocab"
+GATED_BEFORE_CTRL_C = 3
+CEILING = 90  # seconds from Ctrl-C to exit: far below the 600 s shrink budget it must not spend
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vocab() -> None:
+    if MODEL not in model_cache.cached_models():
+        model_missing(f"{MODEL}; run: specgate models fetch")
+
+
+def start(report_dir: Path, *extra: str, **env: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-v",
+        "tests/gates/test_tokenizer.py", "-k", "split", "--impl", ENGINE, "--model", MODEL,
+        "--report-dir", str(report_dir), "--shrink-budget", "600", "--shrink-group-budget", "600", *extra,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    return proc, lines
+
+
+def wait_for_gated_cases(
+    proc: subprocess.Popen[str], lines: queue.Queue[str], n: int, until: str = ""
+) -> list[str]:
+    """Read the run's output until ``n`` gate cases have an outcome (and a line holds ``until``)."""
+    seen, done, deadline = [], 0, time.monotonic() + 300
+    while done < n or (until and until not in seen[-1]):
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+        except queue.Empty:
+            proc.kill()
+            pytest.fail(f"no {n} gated cases within 300 s: {''.join(seen)[-3000:]}")
+        seen.append(line)
+        done += "::test_split[" in line and (" FAILED" in line or " PASSED" in line)
+    return seen
+
+
+def finish(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> tuple[int, str, str]:
+    try:
+        _, err = proc.communicate(timeout=CEILING)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"the run did not end within {CEILING} s of Ctrl-C")
+    time.sleep(0.2)
+    out = []
+    while not lines.empty():
+        out.append(lines.get())
+    return proc.returncode, "".join(out), err
+
+
+def test_one_ctrl_c_stops_the_run_with_a_report_marked_interrupted(tmp_path):
+    reports = tmp_path / "reports"
+    proc, lines = start(reports)
+    wait_for_gated_cases(proc, lines, GATED_BEFORE_CTRL_C)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    stem = reports / report_stem(ENGINE, None)
+    payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+    gated = payload["cases"]
+    assert len(gated) >= GATED_BEFORE_CTRL_C and all(c["outcome"] == "fail" for c in gated), gated[:3]
+    [interrupted] = [v for v in payload["verdict"] if v.startswith("INTERRUPTED")]
+    assert f"after {len(gated)} gate case(s)" in interrupted, interrupted
+    for suffix in (".md", ".html"):
+        assert "INTERRUPTED (Ctrl-C)" in stem.with_name(stem.name + suffix).read_text(encoding="utf-8")
+    assert payload["groups"] and all(g["reproducer"] is None for g in payload["groups"])
+    assert all("interrupted" in g["shrink_note"] for g in payload["groups"]), payload["groups"]
+    assert not list((reports / "repro").rglob("*.json")), "a reproducer was shrunk after Ctrl-C"
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path):
+    """The first Ctrl-C's way out passes through closing the engine, which this one makes
+    last (it lingers after its stdin closes, until the client kills it): the second Ctrl-C
+    arrives then, and the run leaves at once — no report, no traceback, one line."""
+    reports = tmp_path / "reports"
+    proc, lines = start(reports, SLOW_ENGINE_LINGER="120")
+    wait_for_gated_cases(proc, lines, GATED_BEFORE_CTRL_C)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "interrupted twice: exiting at once" in err and "Traceback" not in err + out, err[-3000:]
+    assert not reports.exists() or not list(reports.rglob("parity-*")), list(reports.rglob("*"))
+
+
+def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
+    """Every case gated (3 of them), the matrix printed, the shrinking of the one root cause
+    under way against a new engine (0.5 s a check, 600 s of budget): Ctrl-C stops it, the
+    report is written marked INTERRUPTED, no reproducer, exit 130."""
+    reports = tmp_path / "reports"
+    proc, lines = start(reports, "--max-cases", "3")
+    wait_for_gated_cases(proc, lines, 3, until="specgate parity matrix")
+    time.sleep(3.0)  # the matrix is printed just before the shrinking starts its engine
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    stem = reports / report_stem(ENGINE, None)
+    payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+    assert len(payload["cases"]) == 3
+    assert any(v.startswith("INTERRUPTED (Ctrl-C) while shrinking") for v in payload["verdict"]), payload[
+        "verdict"
+    ]
+    assert all(g["reproducer"] is None for g in payload["groups"]), payload["groups"]
+    assert not list((reports / "repro").rglob("*.json")), "a reproducer was written after Ctrl-C"

@@ -1,0 +1,198 @@
+"""``specgate repro FILE`` and ``specgate search --save-to corpus --from FILE`` on any file
+a user hands them: a file that is not a replayable reproducer is one line and exit
+status 4 (exit 1 means "still diverges"), never a traceback, a hang or a run that
+does not end; the sizes a replay costs are bounded by named limits
+(``specgate.reproducer``); a group id never leaves the corpus folder it is saved in.
+Real files in ``tmp_path``, the real command line in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specgate import files, reproducer
+from specgate import models as model_cache
+from specgate.plugin import model_missing
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = "qwen3-vocab"
+TIMEOUT = 120  # a replay that does not end is a failure, not a hung suite
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specgate.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line_exit_4(proc: subprocess.CompletedProcess[str], needle: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 4, f"exit {proc.returncode}: {proc.stdout[-1000:]}{proc.stderr[-2000:]}"
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert needle in lines[0], lines[0]
+
+
+def repro(path: Path) -> subprocess.CompletedProcess[str]:
+    return cli("repro", str(path), "--impl", "oracle")
+
+
+def reproducer_file(tmp_path: Path, body: dict | bytes | str, name: str = "r.json") -> Path:
+    path = tmp_path / name
+    if isinstance(body, bytes):
+        path.write_bytes(body)
+    else:
+        path.write_text(body if isinstance(body, str) else json.dumps(body), encoding="utf-8")
+    return path
+
+
+def base(stage: str, inp: dict, model: str = VOCAB) -> dict:
+    return {"stage": stage, "model": model, "signature": f"{stage} · fail · planted", "input": inp}
+
+
+@pytest.fixture(scope="module")
+def vocab() -> str:
+    if VOCAB not in model_cache.cached_models():
+        model_missing(f"{VOCAB}; run: specgate models fetch")
+    return VOCAB
+
+
+BAD = {
+    "not UTF-8": (b'{"stage": "split", "text": "\xff\xfe"}', "is not UTF-8"),
+    "deep nesting": ("[" * 200_000 + "]" * 200_000, "nested deeper than 64"),
+    "moderately deep": ("[" * 100 + "]" * 100, "deeper than 64"),
+    "wrong type": (base("split", {"text": 5}), "5 is not of type 'string'"),
+    "missing keys": ({"stage": "split", "input": {"text": "a"}}, "no model, signature"),
+    "missing input field": (base("encode", {"text": "a"}), "'parse_special' is a required property"),
+    "a list": ([1, 2], "not an object"),
+    "unknown stage": (base("forward", {"ids": [1]}), "is not one of"),
+    "sampler n_vocab 1e12": (
+        base(
+            "sample",
+            {"logits": {"n_vocab": 10**12, "ids": [0], "values": [1.0]}, "params": {}, "r": 0.5},
+            "sampler",
+        ),
+        "1000000000000 is greater than the maximum of 1048576",
+    ),
+    "sampler id past n_vocab": (
+        base(
+            "sample",
+            {"logits": {"n_vocab": 4, "ids": [9], "values": [1.0]}, "params": {}, "r": 0.5},
+            "sampler",
+        ),
+        "outside n_vocab 4",
+    ),
+    "non-finite value": (
+        '{"stage": "sample", "model": "sampler", "signature": "s", "input": '
+        '{"logits": {"n_vocab": 4, "ids": [1], "values": [NaN]}, "params": {}, "r": 0.5}}',
+        "is not a finite number",
+    ),
+    "max_tokens 1e9": (
+        base("generate/exact", {"prompt": [1, 2], "params": {"max_tokens": 10**9}}, "tiny-qwen2-f32"),
+        "1000000000 is greater than the maximum of 1024",
+    ),
+    "decode of 10^6 ids": (base("decode", {"ids": [1] * 1_000_000}), "more than 300,000 JSON values"),
+    "decode of 10^5+1 ids": (base("decode", {"ids": [1] * 100_001}), "longer than 100,000 (maxItems)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_reproducer_is_one_line_and_exit_4(tmp_path, name):
+    body, needle = BAD[name]
+    one_line_exit_4(repro(reproducer_file(tmp_path, body)), needle)
+
+
+def test_a_model_that_is_not_a_gguf_is_one_line(tmp_path, vocab):
+    notes = tmp_path / "notes.gguf"
+    notes.write_text("not a model\n")
+    one_line_exit_4(
+        repro(reproducer_file(tmp_path, base("decode", {"ids": [1]}, str(notes)))), "not a readable GGUF"
+    )
+    missing = base("decode", {"ids": [1]}, "no-such-model")
+    one_line_exit_4(repro(reproducer_file(tmp_path, missing, "m.json")), "unknown model 'no-such-model'")
+
+
+def test_ids_outside_the_models_vocabulary_are_one_line(tmp_path, vocab):
+    one_line_exit_4(repro(reproducer_file(tmp_path, base("decode", {"ids": [10**9]}))), "outside model")
+
+
+def test_a_fifo_or_a_device_is_not_read(tmp_path):
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    one_line_exit_4(repro(fifo), "is a FIFO, not a regular file")
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    one_line_exit_4(repro(zero), "is a character device, not a regular file")
+
+
+def test_a_file_over_the_size_bound_is_not_read(tmp_path):
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(reproducer.MAX_FILE_BYTES + 1)
+    one_line_exit_4(repro(big), "larger than its bound")
+
+
+def test_a_good_reproducer_still_replays(tmp_path, vocab):
+    """The control: a well-formed decode reproducer replays on the oracle (no divergence, exit 0)."""
+    proc = repro(reproducer_file(tmp_path, base("decode", {"ids": [9707, 11, 1879]})))
+    assert proc.returncode == 0 and "no divergence from the oracle: pass" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+
+
+def test_the_schema_states_the_named_limits():
+    """The maxima in the schema file are the module's named limits (no third number)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "x-limit" in node:
+                value = node.get("maxLength", node.get("maxItems", node.get("maximum")))
+                found.append((node["x-limit"], value))
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(reproducer.schema())
+    assert found and all(getattr(reproducer, name) == value for name, value in found), found
+
+
+# -- search --save-to corpus ---------------------------------------------------------------
+
+
+def test_save_to_corpus_refuses_a_wrong_typed_text_and_writes_nothing(tmp_path):
+    texts = ROOT / "corpus" / "texts" / "tokenizer.jsonl"
+    before = texts.read_bytes()
+    path = reproducer_file(tmp_path, {**base("split", {"text": 5}), "group": "g"})
+    try:
+        one_line_exit_4(cli("search", "--save-to", "corpus", "--from", str(path)), "is not of type 'string'")
+        assert texts.read_bytes() == before
+    finally:  # the repository's corpus as it was, whatever the code under test did
+        if texts.read_bytes() != before:
+            texts.write_bytes(before)
+
+
+def test_a_group_id_never_leaves_the_corpus_folder(tmp_path):
+    from specgate.search.corpus import save
+
+    corpus = tmp_path / "corpus"
+    (corpus / "conversations").mkdir(parents=True)
+    data = {
+        **base("render", {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True}),
+        "group": "../../../escaped/x\nname",
+    }
+    written, _ = save(reproducer.load(reproducer_file(tmp_path, data)), corpus)
+    assert written.parent == corpus / "conversations", written
+    assert files.component_problem(written.name) is None
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == sorted(["r.json", written.name])
