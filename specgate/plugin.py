@@ -27,9 +27,8 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
-from specgate import interrupts, snapshots
+from specgate import interrupts, snapshots, text_safety
 from specgate import models as model_cache
-from specgate import text_safety
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.verdict import GateRecord, run_verdict
 
