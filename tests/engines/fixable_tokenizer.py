@@ -45,14 +45,6 @@ def digits_up_to(n: int):
     return digits
 
 
-def case_sensitive_contraction(text, cls, i):
-    if text[i] != "'":
-        return None
-    return next(
-        (i + 1 + len(s) for s in ("s", "t", "re", "ve", "m", "ll", "d") if text.startswith(s, i + 1)), None
-    )
-
-
 def wrap_encode(change) -> None:
     encode = OracleEngine.encode
     OracleEngine.encode = lambda self, model, text, ps: change(self, model, text, ps, encode)
@@ -80,7 +72,6 @@ DEFECTS = {
     "lookahead": lambda: replace_arm(pretokenize.trailing_space, None),
     "digits3": lambda: replace_arm(pretokenize.digit, digits_up_to(3)),
     "digits2": lambda: replace_arm(pretokenize.digit, digits_up_to(2)),  # a look-alike of digits3
-    "contractions_case": lambda: replace_arm(pretokenize.contraction, case_sensitive_contraction),
     "specials_in_plain": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, True)),
     "specials_ignored": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, False)),
     "bos": lambda: wrap_encode(
