@@ -43,6 +43,8 @@ DESCRIBED = {
     "hf": "HF tokenizers",
     "regex": "CPython regex",
     "tiktoken": "tiktoken",
+    "regex-split": "llama.cpp's merges over CPython regex's pre-tokenizer split",
+    "documented-top-k": "PROTOCOL.md 4.4's top-k keeping every token tied with the k-th (llama.cpp's samplers)",
 }
 
 
