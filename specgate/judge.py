@@ -86,10 +86,14 @@ def judge(
                 f"the engine matches {described(name)} ({name}), not {primary}, the primary reference of "
                 f"{stage}: {case['disagreement']}"
             )
-    named = ", ".join(described(n) for n in others) or "no other reference recorded"
+    named = (
+        f"nor {', '.join(described(n) for n in others)}"
+        if others
+        else "and no other reference's answer is recorded"
+    )
     return (
         f"{failure}\n  (the references disagree on this case — {case['disagreement']} — but the engine "
-        f"matches none of them: not {primary}, the primary reference, nor {named})"
+        f"matches none of them: not {primary}, the primary reference, {named})"
     ), None
 
 

@@ -6,10 +6,13 @@ code points that older Unicode data leaves unassigned (general category ``Cn`` i
 Python's ``unicodedata``, whose data is older than CPython ``regex``'s) is split by
 letter/number rules that depend on the Unicode version an engine's tables follow.
 An engine following older tables (Node 20, Python's ``unicodedata``, an older
-``regex``) and the reference following newer ones may both be right: such a case is
-a reference disagreement, never an engine failure. The encode snapshots record it
-when they are made (``tests/references/test_tokenizer.py``); the split gate asks
-the same function when the engine's pieces differ.
+``regex``) and the reference following newer ones may both be right. The split and
+encode snapshots record such a case when they are made
+(``tests/references/test_tokenizer.py``), with the other reference's answer (HF
+tokenizers' pieces; llama.cpp's merges over the regex pieces), and the gates judge
+an answer by those (``specgate.judge``): matching neither fails. ``check_split``'s
+own disagreement serves triage's replays of new inputs, which have no recorded
+answers.
 """
 
 from __future__ import annotations

@@ -13,16 +13,13 @@ specgate's semantics are the GGUF pipeline's: no Unicode normalization, and
 import pytest
 
 from specgate.checks import tokenizer as checks
-from specgate.gate import call, reference_disagreement
+from specgate.gate import call
 from specgate.judge import settle
 
 
 @pytest.mark.gate("split")
 def test_split(engine, model, model_id, case_id, case):
     got = call(engine, "split", model, case["text"])
-    _, skew = checks.check_split(case["text"], case["pieces"], got)
-    if skew:
-        reference_disagreement(skew)
     settle(
         "split",
         case,

@@ -48,6 +48,12 @@ def _vocabulary_models_only(model_id: str) -> None:
 _encoded: dict[str, dict[str, Any]] = {}
 
 
+def hf_pieces(hf: Any, model: Any, text: str) -> list[str]:
+    """HF tokenizers' pre-tokenizer pieces of ``text`` (its own regex engine, Oniguruma,
+    with its own Unicode tables), cut from the text by their character offsets."""
+    return [text[a:b] for _, (a, b) in hf._tokenizer(model).pre_tokenizer.pre_tokenize_str(text)]
+
+
 def test_record_split(request, reference, model_id, model):
     regex = reference("regex")
     recorded = {
@@ -56,14 +62,30 @@ def test_record_split(request, reference, model_id, model):
     }
     bad = [cid for cid, c in recorded.items() if "".join(c["pieces"]) != c["text"]]
     assert not bad, f"{model_id}: the reference pattern does not tile these texts: {bad}"
+    hf = cross_references(reference, model).get("hf")
+    for case in recorded.values():
+        skew = unicode_version_skew(case["text"])
+        if skew is None:
+            continue  # the split reference is exact: only Unicode-version skew makes references differ
+        other = hf_pieces(hf, model, case["text"]) if hf is not None else None
+        if other is None:
+            case["disagreement"] = (
+                f"{skew}; no other split reference loads this vocabulary (HF cannot convert it)"
+            )
+        elif other != case["pieces"]:
+            case["disagreement"] = f"HF tokenizers' pre-tokenizer splits differently: {skew}"
+            case["sources"] = {"hf": other}
     snapshots.record(
         request,
         regex,
         model,
         "split",
         recorded,
-        references={"regex": "regex.findall(<tokenizer-file pattern for tokenizer.ggml.pre>, text)"},
-        packages=("regex",),
+        references={
+            "regex": "regex.findall(<tokenizer-file pattern for tokenizer.ggml.pre>, text)",
+            "hf": "cross-check of texts with Unicode-version skew: pre_tokenizer.pre_tokenize_str offsets",
+        },
+        packages=("regex", "tokenizers"),
     )
 
 
