@@ -69,3 +69,20 @@ def test_decode_past_the_vocabulary_judged_by_its_sources():
     assert failure is None and "(hf), not llama.cpp" in disagreement
     failure, disagreement = verdict(b"?")
     assert disagreement is None and "matches none of them" in failure
+
+
+def test_split_on_a_unicode_skew_text_is_judged_by_the_recorded_pieces():
+    from specgate.checks.tokenizer import check_split
+
+    case = recorded("qwen3-vocab", "split", "unicode-newly-assigned")
+
+    def verdict(pieces: list[str]):
+        return judge(
+            "split", case, lambda c: check_split(c["text"], c["pieces"], pieces, skew=False)[0], "pieces"
+        )
+
+    assert verdict(case["pieces"]) == (None, None)  # CPython regex, the primary
+    failure, disagreement = verdict(case["sources"]["hf"])  # HF's older Unicode tables
+    assert failure is None and "(hf), not CPython regex" in disagreement
+    failure, disagreement = verdict([case["text"]])  # tiles the text, but no reference split it so
+    assert disagreement is None and "matches none of them" in failure
