@@ -133,7 +133,7 @@ DECODE_PREFIX = "ids-"  # decode case ids from DECODE_IDS: ids-<id>, apart from 
 
 
 @cache
-def decode_cases() -> dict[str, list[dict[str, str]]]:
+def decode_cases() -> dict[str, list[dict[str, Any]]]:
     """case id -> its parts, in file order. Each part is one kind of ids, resolved per
     model by the reference tokenizer (llama.cpp) when the decode snapshot is recorded:
 
@@ -144,7 +144,11 @@ def decode_cases() -> dict[str, list[dict[str, str]]]:
       the first id's bytes end inside a character of ``s``;
     * ``{"unused": "first"}`` / ``{"unused": "last"}`` — the first / last id the
       vocabulary types unused (the ``[PAD<id>]`` fillers; a model without any does not
-      get the case).
+      get the case);
+    * ``{"id": "last"}``, ``{"id": "n_vocab"}``, ``{"id": "n_vocab+1"}`` or ``{"id": N}``
+      — the vocabulary's last id, the first ids past it, or id N (999999: past every
+      vocabulary). PROTOCOL.md section 4.2: ids outside the vocabulary are skipped
+      (never negative: the protocol's token ids are non-negative integers).
     """
     return {DECODE_PREFIX + c["id"]: c["parts"] for c in _jsonl(DECODE_IDS)}
 

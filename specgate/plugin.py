@@ -762,14 +762,10 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
 @pytest.fixture
 def case(request: pytest.FixtureRequest, specgate: SpecgateSession, model: ModelRef, case_id: str) -> Any:
     """The gate's snapshot case, inputs and reference answers together. A case the
-    references disagree on is a ``reference-disagreement``, never put to the engine."""
-    from specgate.gate import reference_disagreement
-
+    references disagree on is put to the engine like any other: its gate judges the
+    answer by the stage's primary reference (``specgate.judge``)."""
     gate = request.node.get_closest_marker("gate")
-    found = specgate.snapshot_cases(model, snapshot_stage(gate))[case_id]
-    if "disagreement" in found:
-        reference_disagreement(found["disagreement"])
-    return found
+    return specgate.snapshot_cases(model, snapshot_stage(gate))[case_id]
 
 
 def forward_models(config: pytest.Config) -> list[str]:

@@ -5,11 +5,18 @@ engine is asked once per model). The comparison is ``specgate.checks.metadata``.
 import pytest
 
 from specgate.checks.metadata import check_field
-from specgate.gate import call, fail_if
+from specgate.gate import call
+from specgate.judge import settle
 
 pytestmark = pytest.mark.gate("metadata")
 
 
 def test_metadata(engine, specgate, model, model_id, case_id, case):
     answer = specgate.answers.get(("metadata", model.id), lambda: call(engine, "metadata", model))
-    fail_if(check_field(answer, case_id, case), f"[metadata] model {model_id}, field {case_id}")
+    settle(
+        "metadata",
+        case,
+        lambda c: check_field(answer, case_id, c),
+        f"[metadata] model {model_id}, field {case_id}",
+        "value",
+    )

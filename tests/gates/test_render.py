@@ -20,7 +20,7 @@ engine refuses, the case is ``refused``.
 import pytest
 
 from specgate.checks import render as checks
-from specgate.gate import fail_if
+from specgate.judge import settle
 
 pytestmark = pytest.mark.gate("render")
 
@@ -29,11 +29,12 @@ def test_render(engine, model, model_id, case_id, case):
     got, refusal = checks.answer(
         engine, case, model, case["messages"], case["add_generation_prompt"], **case["kwargs"]
     )
-    fail_if(checks.check(case, got, refusal, "prompt"), f"stage render, model {model_id}, case {case_id}")
+    where = f"stage render, model {model_id}, case {case_id}"
+    settle("render", case, lambda c: checks.check(c, got, refusal, "prompt"), where, "prompt")
 
 
 @pytest.mark.gate("render", snapshot="render_template")
 def test_render_template(engine, case_id, case):
     got, refusal = checks.answer(engine, case, case["template"], case["context"], method="render_template")
     where = f"stage render, constructs, case {case_id} ({case['construct']}), template {case['template']!r}"
-    fail_if(checks.check(case, got, refusal, "output"), where)
+    settle("render", case, lambda c: checks.check(c, got, refusal, "output"), where, "output")

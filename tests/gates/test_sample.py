@@ -6,13 +6,13 @@ is ``specgate.checks.sample``."""
 import pytest
 
 from specgate.checks import sample as checks
-from specgate.gate import call, fail_if
+from specgate.gate import call
+from specgate.judge import settle
 
 pytestmark = pytest.mark.gate("sample")
 
 
 def test_sample(engine, model_id, case_id, case):
     got = call(engine, "sample", checks.logits_of(case), case["params"], case["r"])
-    fail_if(
-        checks.check(case, got), f"[sample] model {model_id}, case {case_id}, params {checks.shown(case)}"
-    )
+    where = f"[sample] model {model_id}, case {case_id}, params {checks.shown(case)}"
+    settle("sample", case, lambda c: checks.check(c, got), where, None)

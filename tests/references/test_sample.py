@@ -112,7 +112,31 @@ def reference_case(logits: dict[str, Any], params: dict[str, Any], r: float) -> 
     tie = llamacpp_sampler.topk_tie(x, params)
     if tie:
         case["disagreement"] = tie
+        case["sources"] = {"documented-top-k": keeping_ties(x, params, r)}
     return case
+
+
+def keeping_ties(x: np.ndarray, params: dict[str, Any], r: float) -> dict[str, Any]:
+    """The answer of PROTOCOL.md 4.4's top-k, which keeps every token tied with the k-th,
+    computed by llama.cpp's samplers with k widened to the tied tokens: the steps, the
+    final candidates and the draw an engine following the documented rule gives."""
+    from impl.llamacpp import sampler as llamacpp_sampler
+
+    p = llamacpp_sampler.resolve_params(params)
+    cands = llamacpp_sampler.Candidates(x)
+    for step in p["chain"][: p["chain"].index("top_k")]:
+        for smpl in llamacpp_sampler._samplers(step, len(x), p, documented=True):
+            cands.apply(smpl)
+    ranked = np.sort(cands.read()["logit"])[::-1]
+    wide = {**params, "top_k": int(np.sum(ranked >= ranked[p["top_k"] - 1]))}
+    full = llamacpp_sampler.run_chain(x, wide, documented=True)
+    token, margin = sample_checks.expected_draw(full["ids"], full["probs"], r)
+    summary = sample_checks.summarize(full)
+    return {
+        "steps": summary["steps"],
+        "final": summary["final"],
+        "token": token if margin > DRAW_MARGIN else None,
+    }
 
 
 def recorded_here(model_id: str) -> bool:

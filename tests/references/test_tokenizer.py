@@ -47,6 +47,12 @@ PARTIAL_TOKEN_CASES = 12  # single-token decode cases per model whose bytes end 
 _encoded: dict[str, dict[str, Any]] = {}
 
 
+def hf_pieces(hf: Any, model: Any, text: str) -> list[str]:
+    """HF tokenizers' pre-tokenizer pieces of ``text`` (its own regex engine, Oniguruma,
+    with its own Unicode tables), cut from the text by their character offsets."""
+    return [text[a:b] for _, (a, b) in hf._tokenizer(model).pre_tokenizer.pre_tokenize_str(text)]
+
+
 def test_record_split(request, reference, model_id, model):
     regex = reference("regex")
     recorded = {
@@ -55,14 +61,30 @@ def test_record_split(request, reference, model_id, model):
     }
     bad = [cid for cid, c in recorded.items() if "".join(c["pieces"]) != c["text"]]
     assert not bad, f"{model_id}: the reference pattern does not tile these texts: {bad}"
+    hf = cross_references(reference, model).get("hf")
+    for case in recorded.values():
+        skew = unicode_version_skew(case["text"])
+        if skew is None:
+            continue  # the split reference is exact: only Unicode-version skew makes references differ
+        other = hf_pieces(hf, model, case["text"]) if hf is not None else None
+        if other is None:
+            case["disagreement"] = (
+                f"{skew}; no other split reference loads this vocabulary (HF cannot convert it)"
+            )
+        elif other != case["pieces"]:
+            case["disagreement"] = f"HF tokenizers' pre-tokenizer splits differently: {skew}"
+            case["sources"] = {"hf": other}
     snapshots.record(
         request,
         regex,
         model,
         "split",
         recorded,
-        references={"regex": "regex.findall(<tokenizer-file pattern for tokenizer.ggml.pre>, text)"},
-        packages=("regex",),
+        references={
+            "regex": "regex.findall(<tokenizer-file pattern for tokenizer.ggml.pre>, text)",
+            "hf": "cross-check of texts with Unicode-version skew: pre_tokenizer.pre_tokenize_str offsets",
+        },
+        packages=("regex", "tokenizers"),
     )
 
 
@@ -136,10 +158,32 @@ def explain(
     return f"{name} disagrees with llama.cpp (special-token parsing {mode}): {where}"
 
 
-def split_disagreement(regex: Any, model: Any, llm: Any, text: str, ids: list[int]) -> str | None:
+def regex_split_ids(regex: Any, model: Any, llm: Any, ids: list[int]) -> list[int]:
+    """The ids llama.cpp's merges give over CPython ``regex``'s pre-tokenizer split (the
+    split gate's reference): llama.cpp's ids with each stretch between special tokens
+    re-encoded one regex piece at a time."""
+    out: list[int] = []
+    stretch: list[int] = []
+    for i in [*ids, None]:
+        if i is not None and not llamacpp_tokenizer.is_special(llm, i):
+            stretch.append(i)
+            continue
+        if stretch:
+            text = b"".join(llamacpp_tokenizer.token_to_piece(llm, j) for j in stretch).decode("utf-8")
+            out += [j for p in regex.split(model, text) for j in llamacpp_tokenizer.encode(llm, p, False)]
+            stretch = []
+        if i is not None:
+            out.append(i)
+    return out
+
+
+def split_disagreement(
+    regex: Any, model: Any, llm: Any, text: str, ids: list[int]
+) -> tuple[str, list[int]] | None:
     """Whether llama.cpp pre-tokenizes this text differently from the split reference
     (CPython ``regex``): between special tokens, llama.cpp's ids must be its own
-    encodings of the regex pieces, one piece at a time."""
+    encodings of the regex pieces, one piece at a time. The reason and the ids of the
+    regex split (an engine following the split reference's Unicode tables answers them)."""
     segments: list[list[int]] = [[]]  # the ids of each stretch between special tokens
     for i in ids:
         if llamacpp_tokenizer.is_special(llm, i):
@@ -157,7 +201,8 @@ def split_disagreement(regex: Any, model: Any, llm: Any, text: str, ids: list[in
         return None
     skew = unicode_version_skew(text)
     why = f"; {skew}" if skew else ""
-    return f"llama.cpp's pre-tokenizer split differs from CPython regex's in {crossed[:60]!r}{why}"
+    reason = f"llama.cpp's pre-tokenizer split differs from CPython regex's in {crossed[:60]!r}{why}"
+    return reason, regex_split_ids(regex, model, llm, ids)
 
 
 def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
@@ -173,7 +218,7 @@ def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
             case: dict[str, Any] = {"text": c["text"], "parse_special": parse_special, "ids": ids}
             split_skew = split_disagreement(reference("regex"), model, llm, c["text"], ids)
             if split_skew:
-                case["disagreement"] = split_skew
+                case["disagreement"], case.setdefault("sources", {})["regex-split"] = split_skew
             for name, ref in refs.items():
                 other = ref.encode(model, c["text"], parse_special)
                 if other != ids:
@@ -206,7 +251,7 @@ def test_record_encode(request, reference, model_id, model):
     )
 
 
-def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> list[int] | None:
+def composed_ids(llm: Any, parts: list[dict[str, Any]], strict: bool = True) -> list[int] | None:
     """The ids of a decode-corpus case on this vocabulary (``specgate.corpus.decode_cases``),
     or None when the vocabulary lacks one of its special tokens. A ``head`` that does not end
     inside a character is a corpus mistake on the manifest's vocabularies (``strict``); a
@@ -226,6 +271,9 @@ def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> 
             if not unused:
                 return None  # this vocabulary has no unused fillers
             ids.append(unused[0] if text == "first" else unused[-1])
+        elif kind == "id":  # at or past the vocabulary's edge
+            n = llm.n_vocab()
+            ids.append({"last": n - 1, "n_vocab": n, "n_vocab+1": n + 1}.get(text, text))
         else:
             whole = llamacpp_tokenizer.encode(llm, text, False)
             split_inside = len(whole) > 1 and not is_utf8(llamacpp_tokenizer.token_to_piece(llm, whole[0]))
@@ -236,6 +284,40 @@ def composed_ids(llm: Any, parts: list[dict[str, str]], strict: bool = True) -> 
             )
             ids += whole[:1] if kind == "head" else whole[1:]
     return ids
+
+
+def beyond_vocabulary(
+    llama: Any, llm: Any, model: Any, ids: list[int], others: dict[str, Any]
+) -> dict[str, Any]:
+    """A decode case, with ids past the vocabulary skipped (PROTOCOL.md 4.2). llama.cpp's
+    ``token_to_piece`` aborts the process on such an id, so its answer is its bytes of the
+    ids inside the vocabulary; the note says so, and what the other references answer
+    (one that answers other bytes is recorded as a disagreement with its bytes)."""
+    n = llm.n_vocab()
+    outside = [i for i in ids if not 0 <= i < n]
+    case: dict[str, Any] = {"ids": ids, "hex": llama.decode(model, [i for i in ids if 0 <= i < n]).hex()}
+    if not outside:
+        return case
+    notes = [
+        f"ids {outside} lie outside the {n}-token vocabulary and are skipped (PROTOCOL.md 4.2); llama.cpp's "
+        "token_to_piece aborts the process on them, so the reference is its bytes of the other ids"
+    ]
+    for name, ref in others.items():
+        try:
+            other = ref.decode(model, ids).hex()
+        except Exception as exc:  # a reference that cannot decode them answers nothing to match
+            notes.append(f"{name} raises {type(exc).__name__} on them: {str(exc)[:120]}")
+            continue
+        if other == case["hex"]:
+            notes.append(f"{name} skips them too")
+        else:
+            case.setdefault("sources", {})[name] = other
+            case.setdefault(
+                "disagreement",
+                f"{name} decodes these ids to {other}, llama.cpp (skipping ids {outside}) to {case['hex']}",
+            )
+    case["note"] = "; ".join(notes)
+    return case
 
 
 def test_record_decode(request, reference, model_id, model):
@@ -266,9 +348,11 @@ def test_record_decode(request, reference, model_id, model):
         assert cid not in recorded, f"decode corpus id {cid!r} collides with a text case"
         ids = composed_ids(llm, parts, strict=model_id in TOKENIZER_MODELS)
         if ids is not None:
-            recorded[cid] = {"ids": ids, "hex": llama.decode(model, ids).hex()}
+            recorded[cid] = beyond_vocabulary(llama, llm, model, ids, cross_references(reference, model))
     if tiktoken is not None:
         for case in recorded.values():
+            if "note" in case:
+                continue  # ids past the vocabulary: cross-checked by beyond_vocabulary
             other = tiktoken.decode(model, case["ids"]).hex()
             if other != case["hex"]:
                 case["disagreement"] = (
@@ -281,8 +365,14 @@ def test_record_decode(request, reference, model_id, model):
         "decode",
         recorded,
         references={
-            "llamacpp": "b''.join(llama_token_to_piece(id, special=True)) on the GGUF",
+            "llamacpp": "b''.join(llama_token_to_piece(id, special=True)) on the GGUF, ids outside the "
+            "vocabulary skipped",
             **({"tiktoken": "cross-check: Encoding.decode_bytes"} if tiktoken else {}),
+            **{
+                name: f"cross-check of ids past the vocabulary: {name} decode"
+                for name in cross_references(reference, model)
+                if name != "tiktoken"
+            },
         },
-        packages=("llama-cpp-python", "tiktoken"),
+        packages=("llama-cpp-python", "tiktoken", "tokenizers"),
     )

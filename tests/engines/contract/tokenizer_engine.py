@@ -9,7 +9,9 @@ What PROTOCOL.md section 4.2 asks, and how this engine does it:
 - no Unicode normalization: the `normalizer` of tokenizer.json (NFC for Qwen) is removed;
 - `parse_special` false leaves control tokens as text but still matches user-defined
   ones: HF's `encode_special_tokens` does exactly that to added tokens marked
-  `special` (control) while the others (user-defined) are still matched;
+  `special` while the others are still matched — so each added token's `special` is
+  set from the GGUF's `tokenizer.ggml.token_type` (3, control: special), read with
+  gguf-py (Qwen's tokenizer.json marks the FIM tokens, control in the GGUF, not special);
 - `split`: the tokenizer.json's own `Split` pre-tokenizer step, without the
   byte-level step, so the pieces are text;
 - `decode`: the pieces concatenated — byte-level stand-in characters back to bytes,
@@ -49,10 +51,23 @@ def byte_standins() -> dict[str, int]:
 STANDINS = byte_standins()
 
 
+CONTROL = 3  # tokenizer.ggml.token_type of a control token
+
+
+def control_ids(gguf_path: str) -> set[int]:
+    from gguf import GGUFReader
+
+    types = GGUFReader(gguf_path).fields["tokenizer.ggml.token_type"].contents()
+    return {i for i, kind in enumerate(types) if kind == CONTROL}
+
+
 class ModelTokenizer:
-    def __init__(self, tokenizer_json: Path) -> None:
+    def __init__(self, tokenizer_json: Path, gguf_path: str) -> None:
         config = json.loads(tokenizer_json.read_text(encoding="utf-8"))
         config["normalizer"] = None  # no Unicode normalization (section 4.2)
+        control = control_ids(gguf_path)
+        for token in config.get("added_tokens", []):  # the GGUF's token types decide (section 4.2)
+            token["special"] = token["id"] in control
         self.tokenizer = Tokenizer.from_str(json.dumps(config))
         self.added = {t["id"]: t["content"] for t in config.get("added_tokens", [])}
         self.splitter = self._splitter(config.get("pre_tokenizer"))
@@ -88,15 +103,15 @@ class ModelTokenizer:
 
 
 @cache
-def model_tokenizer(path: str) -> ModelTokenizer:
-    return ModelTokenizer(Path(path))
+def model_tokenizer(path: str, gguf_path: str) -> ModelTokenizer:
+    return ModelTokenizer(Path(path), gguf_path)
 
 
 def tokenizer_of(request: dict[str, Any]) -> ModelTokenizer:
     path = request["model"].get("tokenizer_json")
     if not path:
         raise Refusal("this engine loads tokenizer.json; the model ships none")
-    return model_tokenizer(path)
+    return model_tokenizer(path, request["model"]["gguf"])
 
 
 HANDLERS = {
