@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.process import lifeline
-from specgate import files, report, report_html
+from specgate import files, report, report_html, verdict
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.models import PROJECT_ROOT
 
@@ -399,7 +399,7 @@ class EngineRun:
         return sorted(found, key=lambda g: -g["count"])
 
     def verdict(self) -> list[str]:
-        return [v for payload in self.reports for v in payload.get("verdict", [])]
+        return [v for payload in self.reports for v in verdict.rule_problems(payload)]
 
 
 def run_engine(

@@ -37,7 +37,15 @@ import numpy as np
 
 from impl.envvars import env_count, env_seconds
 from impl.process import lifeline, pipes, schema, wire
-from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import (
+    CAPABILITIES,
+    CONFORMANCE_CLASSES,
+    Engine,
+    EngineDied,
+    EngineError,
+    ModelRef,
+    Unsupported,
+)
 
 STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message
 STDERR_LINE_CHARS = 500  # each cut to its last this many characters
@@ -117,7 +125,7 @@ class CmdEngine(Engine):
         if self._proc is not None and self._hello is not None:
             return
         if self._start_failures >= MAX_START_FAILURES:
-            raise EngineError(
+            raise EngineDied(
                 f"cmd: gave up after {self._start_failures} failed start-ups of "
                 f"{self.command_line!r}; last: {self._last_start_error}"
             )
@@ -188,12 +196,23 @@ class CmdEngine(Engine):
         self._kill()
 
     # --- one exchange -----------------------------------------------------------------
-    def _stderr_tail(self) -> str:
+    def _stderr_quote(self) -> tuple[str, list[str]]:
+        """The engine's stderr as quoted in an error: the lines that carried a message
+        (a panic, FATAL, an error, a traceback's last line — kept however early they
+        came), then the last lines; and the short form for a one-line reason."""
         time.sleep(0.05)  # let the stderr pump catch the last words of a dying process
-        tail = self._stderr.lines(STDERR_TAIL_LINES, STDERR_LINE_CHARS) if self._stderr is not None else []
-        return ("\n  engine stderr (last lines):\n    " + "\n    ".join(tail)) if tail else ""
+        if self._stderr is None:
+            return "", []
+        messages = self._stderr.message_lines()
+        tail = [t for t in self._stderr.lines(STDERR_TAIL_LINES, STDERR_LINE_CHARS) if t not in messages]
+        quote = ""
+        if messages:
+            quote += "\n  engine stderr (lines carrying a message):\n    " + "\n    ".join(messages)
+        if tail:
+            quote += "\n  engine stderr (last lines):\n    " + "\n    ".join(tail)
+        return quote, messages or tail[-3:]
 
-    def _broken(self, reason: str) -> EngineError:
+    def _broken(self, reason: str) -> EngineDied:
         """Kill the process (restarted on the next request) and describe why."""
         proc = self._proc
         status = proc.poll() if proc is not None else None
@@ -201,7 +220,8 @@ class CmdEngine(Engine):
         if status is None and proc is not None:
             status = proc.returncode
         exit_note = f" (exit status {status})" if status is not None else ""
-        return EngineError(f"{self.label} [{self.command_line}]: {reason}{exit_note}{self._stderr_tail()}")
+        quote, short = self._stderr_quote()
+        return EngineDied(f"{self.label} [{self.command_line}]: {reason}{exit_note}{quote}", short)
 
     def _read_line(self, timeout: float, what: str, deadline: float | None = None) -> str:
         """The next stdout line, by ``deadline`` (default: ``timeout`` from now)."""
@@ -289,6 +309,12 @@ class CmdEngine(Engine):
         self._ensure_started()
         assert self._hello is not None
         return f"{self._hello.get('engine', '?')} {self._hello.get('version', '?')}"
+
+    def handshake(self) -> dict[str, Any]:
+        """The engine's handshake line as it sent it (for the report's provenance)."""
+        self._ensure_started()
+        assert self._hello is not None
+        return dict(self._hello)
 
     def metadata(self, model: ModelRef) -> dict[str, Any]:
         return self.request("metadata", model=wire.model_to_wire(model))
