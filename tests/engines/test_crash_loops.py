@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from impl.process.client import CmdEngine
 from impl.process.stderr_lines import MessageLines
+from impl.protocol import EngineError
 from specgate import models as model_cache
 from specgate.plugin import model_missing
 from specgate.run.crashloop import DEATHS_TO_CUT, NOT_ASKED
@@ -117,6 +119,19 @@ def test_the_count_resets_when_the_engine_answers(tmp_path: Path) -> None:
     assert set(counts) <= {"fail", "error", "reference-disagreement"}, counts
     assert counts["error"] >= 2 * DEATHS_TO_CUT and counts["fail"] >= 2 * DEATHS_TO_CUT, counts
     assert all(PANIC in c["message"] for c in cases if c["outcome"] == "error")
+
+
+def test_a_death_quotes_the_panic_that_a_long_backtrace_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRASHING_ENGINE_LOAD", "0")
+    engine = CmdEngine(script_impl(ENGINE, "loop").removeprefix("cmd:"))
+    try:
+        with pytest.raises(EngineError) as caught:
+            engine.encode(model_cache.model_ref(VOCAB), "hello", False)
+    finally:
+        engine.close()
+    message = str(caught.value)
+    assert "exit status 101" in message and PANIC in message and MESSAGE in message, message[-2000:]
+    assert "RUST_BACKTRACE=full" in message and len(message) < 20_000
 
 
 def test_message_lines_keep_what_the_tail_loses() -> None:
