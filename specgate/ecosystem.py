@@ -448,6 +448,9 @@ def run_engine(
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             unreadable.append(f"{path.relative_to(out_dir)}: {exc} (see its gates.log)")
             continue
+        if payload.get("startup_failure"):  # the engine did not start: its reason, no counts
+            statuses.append(payload["startup_failure"])
+            continue
         row.reports.append(with_short_paths(payload))
         row.report_files.append(str(path))
     if unreadable and row.status == "ran":
@@ -464,8 +467,7 @@ def run_engine(
 
 
 def with_short_paths(payload: dict[str, Any]) -> dict[str, Any]:
-    """The report with its reproducer files named relative to the project (as the table
-    shows them) when they lie inside it."""
+    """The report with its reproducer files named relative to the project when inside it."""
     for group in payload.get("groups", []):
         with contextlib.suppress(TypeError, ValueError):
             group["reproducer_file"] = str(Path(group["reproducer_file"]).relative_to(PROJECT_ROOT))

@@ -30,6 +30,7 @@ from impl.registry import UnknownImpl, check, resolve
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.run import crashloop, setup_check, startup, wire
+from specgate.shard import chosen_shard
 from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
@@ -208,7 +209,7 @@ def pytest_configure(config: pytest.Config) -> None:
         snapshot_root=snapshots.root_of(config),
     )
     _running[0] = config.stash[SESSION]
-    config.stash[SESSION].shard = chosen_shard(config)
+    config.stash[SESSION].shard = chosen_shard(config.getoption("--shard"))
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
     config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
@@ -388,19 +389,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     check_models_gated(config, items)
     keep_shard(config, items)
     keep_sample(config, items)
-
-
-def chosen_shard(config: pytest.Config) -> tuple[int, int] | None:
-    """``--shard I/N`` as ``(I, N)``; a bad value is one usage line."""
-    from specgate.shard import ShardError, parse_shard
-
-    raw = config.getoption("--shard")
-    if not raw:
-        return None
-    try:
-        return parse_shard(raw)
-    except ShardError as exc:
-        raise pytest.UsageError(str(exc)) from None
 
 
 def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -96,6 +96,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "impl": results.impl,
         "shard": getattr(results, "shard", None),
         "provenance": getattr(results, "provenance", None),
+        "startup_failure": getattr(results, "startup_failure", "") or None,  # the engine did not start: why
         "coverage": dict(coverage(results.records)),
         "verdict": verdict,
         "matrix": [
