@@ -5,15 +5,16 @@ The process is started once per session (lazily, on the first request) and reuse
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). What an engine writes is held in
-bounded amounts only (``impl.process.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr,
+bounded amounts only (``impl.process.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr
+and the last lines of it that carried a message (a panic, FATAL, a traceback's last line),
 kept for error messages, and one stdout line of at most
 ``SPECGATE_CMD_MAX_LINE_BYTES``. The process is tied to ours (``impl.process.lifeline``):
 it dies with us even when we are killed outright.
 
 A crash, a hang past the deadline, a malformed or overlong line, a response
 carrying the wrong id or a result that does not follow its op's schema
-(``protocol/results/``) turns into ``EngineError`` (gate outcome ``error``) for
-that one case; the process is killed and started afresh on the next request, so
+(``protocol/results/``) turns into ``EngineDied`` (an ``EngineError``: gate outcome
+``error``) for that one case; the process is killed and started afresh on the next request, so
 the run goes on. An error the engine *reports* in a well-formed response is an
 ``error`` outcome too (or ``Unsupported``) but needs no restart. A handshake naming
 another protocol version is refused for the session.

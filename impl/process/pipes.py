@@ -8,7 +8,8 @@ rules keep a misbehaving engine from growing our memory or stalling us:
   deadline. Between requests nothing is read, so an engine that keeps writing
   blocks on the full pipe instead of filling our memory.
 * ``StderrTail``: stderr is drained all the time (an engine must never block on a
-  log line), in chunks, keeping only the last ``limit`` bytes — newlines or not.
+  log line), in chunks, keeping only the last ``limit`` bytes — newlines or not — and
+  the last few lines that carry a message (``impl.process.stderr_lines``).
 * ``write_all``: a request is written without blocking past a deadline, so an
   engine that stops reading its stdin cannot hang us on a large request.
 """
