@@ -81,6 +81,16 @@ class EngineError(Exception):
     """The engine crashed, hung, or answered malformed data: outcome ``error``."""
 
 
+class EngineDied(EngineError):
+    """The engine's process ended during a request or its start-up: it crashed, or was
+    killed for hanging or for breaking the protocol. ``stderr`` holds the bounded lines
+    of its stderr that carry a message (else its last lines), for one-line reasons."""
+
+    def __init__(self, message: str, stderr: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.stderr = list(stderr or [])
+
+
 class Unsupported(Exception):
     """The engine refuses this particular input for a stated reason (not a crash)."""
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.process import lifeline
-from specgate import files, report, report_html
+from specgate import files, report, report_html, verdict
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.models import PROJECT_ROOT
 
@@ -399,7 +399,7 @@ class EngineRun:
         return sorted(found, key=lambda g: -g["count"])
 
     def verdict(self) -> list[str]:
-        return [v for payload in self.reports for v in payload.get("verdict", [])]
+        return [v for payload in self.reports for v in verdict.rule_problems(payload)]
 
 
 def run_engine(
@@ -448,6 +448,9 @@ def run_engine(
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             unreadable.append(f"{path.relative_to(out_dir)}: {exc} (see its gates.log)")
             continue
+        if payload.get("startup_failure"):  # the engine did not start: its reason, no counts
+            statuses.append(payload["startup_failure"])
+            continue
         row.reports.append(with_short_paths(payload))
         row.report_files.append(str(path))
     if unreadable and row.status == "ran":
@@ -464,8 +467,7 @@ def run_engine(
 
 
 def with_short_paths(payload: dict[str, Any]) -> dict[str, Any]:
-    """The report with its reproducer files named relative to the project (as the table
-    shows them) when they lie inside it."""
+    """The report with its reproducer files named relative to the project when inside it."""
     for group in payload.get("groups", []):
         with contextlib.suppress(TypeError, ValueError):
             group["reproducer_file"] = str(Path(group["reproducer_file"]).relative_to(PROJECT_ROOT))

@@ -30,6 +30,8 @@ from impl.registry import UnknownImpl, check, resolve
 from specgate import interrupts, snapshots, text_safety
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
+from specgate.run import crashloop, setup_check, startup, wire
+from specgate.shard import chosen_shard
 from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
@@ -178,6 +180,12 @@ class SpecgateSession:
     models: dict[str, ModelRef] = field(default_factory=dict)  # --model spec or user GGUF id -> ModelRef
     references: dict[str, Engine] = field(default_factory=dict)  # live reference adapters, loaded once
     snapshots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (model, stage) -> cases
+    setup_problems: list[str] = field(default_factory=list)  # unreadable snapshots met while parametrizing
+    setup_error: str = ""  # a pytest-xdist worker's setup problem, reported by the controller
+    crash_loops: crashloop.CrashLoops = field(default_factory=crashloop.CrashLoops)  # engine deaths
+    engine_info: dict[str, Any] | None = None  # the engine's self-description (specgate.provenance)
+    startup_failure: str = ""  # the one-line reason the engine did not start
+    provenance: dict[str, Any] | None = None  # the reports' provenance (specgate.provenance.run), at the end
 
     def snapshot_cases(self, model: ModelRef, stage: str) -> dict[str, Any]:
         """A stage snapshot's cases, loaded and provenance-checked once per session.
@@ -211,7 +219,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     _running[0] = config.stash[SESSION]
     interrupts.install(config)  # Ctrl-C: the first stops the run with a report, the second exits
-    config.stash[SESSION].shard = chosen_shard(config)
+    config.stash[SESSION].shard = chosen_shard(config.getoption("--shard"))
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
     config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
@@ -384,22 +392,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if drop:
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
+    setup_check.check(config, config.stash[SESSION], items, get_model, snapshot_stage)
     check_models_gated(config, items)
     keep_shard(config, items)
     keep_sample(config, items)
-
-
-def chosen_shard(config: pytest.Config) -> tuple[int, int] | None:
-    """``--shard I/N`` as ``(I, N)``; a bad value is one usage line."""
-    from specgate.shard import ShardError, parse_shard
-
-    raw = config.getoption("--shard")
-    if not raw:
-        return None
-    try:
-        return parse_shard(raw)
-    except ShardError as exc:
-        raise pytest.UsageError(str(exc)) from None
 
 
 def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -540,15 +536,19 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         eng = resolve(spec)
     except UnknownImpl as exc:
         raise pytest.UsageError(str(exc)) from exc
+    state = request.config.stash[SESSION]
     try:
         eng.capabilities  # noqa: B018 — a process engine starts and says hello here
     except EngineError as exc:
         eng.close()
-        why = f"specgate: the engine {spec!r} did not start: {str(exc).splitlines()[0]}"
-        on_xdist_worker = hasattr(request.config, "workerinput")
-        if on_xdist_worker:  # a worker cannot stop the run: each of its cases errors with the reason
-            pytest.fail(why, pytrace=False)
+        state.startup_failure = why = startup.reason(spec, exc)
+        if hasattr(request.config, "workerinput"):  # a worker cannot stop the run: its cases error
+            raise EngineError(why) from None
+        startup.report(state, request.config, selected_models, selected_stages)
         pytest.exit(why, returncode=1)
+    from specgate import provenance
+
+    state.engine_info = provenance.engine(spec, eng)
     yield eng
     eng.close()
 
@@ -604,6 +604,14 @@ def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None, stric
     return "fail", report.longreprtext
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A case of a row cut short by a crash loop is not asked (``specgate.run.crashloop``)."""
+    stage, params = row_stage(item), getattr(item, "callspec", None)
+    if stage is not None and params is not None and isinstance(params.params.get("model_id"), str):
+        item.config.stash[SESSION].crash_loops.check((stage, params.params["model_id"]))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
     outcome = yield
@@ -620,6 +628,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         session = item.config.stash[SESSION]
         verdict, message = classify(report, call, session.strict)
         message = text_safety.record_message(report, message)  # bounded; inert when pytest prints it
+        exc = call.excinfo.value if call.excinfo is not None else None
+        session.crash_loops.saw((stage, model_id), verdict, exc)
         if verdict == "fail" and report.skipped:  # a refusal under --strict fails in pytest too
             report.outcome = "failed"
             report.longrepr = message
@@ -644,49 +654,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     interrupts.finish(session)  # an interrupted run: exit status 130
     state = session.config.stash.get(SESSION, None)
-    if state is None or not state.records:
+    if state is None or not (state.records or state.setup_error):
         return
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: the controller judges the whole run
-        workeroutput["specgate_records"] = records_to_wire(state.records)
+        wire.send(state, workeroutput)
+        return
+    if setup_check.stopped(session, state):
         return
     state.verdict = run_verdict(state.records) + interrupts.verdict(session, len(state.records))
     if state.verdict and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def records_to_wire(records: list[GateRecord]) -> str:
-    """The gate records as JSON text (numpy scalars in metrics become floats), for xdist's channel."""
-    import dataclasses
-    import json
-
-    return json.dumps([dataclasses.asdict(r) for r in records], default=float)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist's controller: take a finished worker's gate records into the session,
     so the verdict, the matrix and the reports cover every worker's cases."""
-    import json
-
-    text = getattr(node, "workeroutput", {}).get("specgate_records")
-    if text:
-        state = node.config.stash[SESSION]
-        state.records.extend(GateRecord(**r) for r in json.loads(text))
-        state.records.sort(key=lambda r: r.nodeid)
+    wire.receive(node.config.stash[SESSION], getattr(node, "workeroutput", {}))
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash[SESSION]
-    if not state.records:
-        return
+    if not state.records or state.setup_error:
+        return terminalreporter.write_line(f"ERROR: {state.setup_error}") if state.setup_error else None
     from specgate import report
 
     terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
     terminalreporter.write_line(report.headline(state.records))
     terminalreporter.write_line(report.matrix_text(state.records))
-    for problem in state.verdict:
+    for problem in [*crashloop.notes(state.records), *state.verdict]:
         terminalreporter.write_line(report.terminal(f"specgate: RUN FAILS — {problem}"), red=True, bold=True)
+    startup.attach_provenance(state, config, selected_models, selected_stages)
     shrink_reproducers(state, config, terminalreporter)
     written = report.write_reports(state, config.getoption("--report-dir"))
     for path in written:
@@ -715,6 +714,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         group_budget=config.getoption("--shrink-group-budget"),
         total_budget=config.getoption("--shrink-budget"),
         diagnose_budget=config.getoption("--diagnose-budget"),
+        worth_shrinking=crashloop.worth_shrinking,  # not a crash loop's groups: any input dies
     )
     interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
@@ -753,7 +753,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     for model_id in models:
         if model_id not in snapshots.available(stage, root):
             continue
-        for case_id in snapshots.case_ids(model_id, stage, root):
+        for case_id in setup_check.case_ids(config.stash[SESSION].setup_problems, model_id, stage, root):
             if case_id.startswith(prefix):
                 params.append(pytest.param(model_id, case_id, id=f"{model_id}/{case_id}"))
     return params

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate import files, report_browser, report_html, triage
+from specgate import files, provenance, report_browser, report_html, triage
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
 
@@ -92,11 +92,14 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     table = tally(results.records)
     mets = metrics_summary(results.records)
     causes = getattr(results, "groups", None) or triage.group_records(results.records)
+    verdict = run_verdict_object(results)
     payload = {
         "impl": results.impl,
         "shard": getattr(results, "shard", None),
+        "provenance": getattr(results, "provenance", None),
+        "startup_failure": getattr(results, "startup_failure", "") or None,  # the engine did not start: why
         "coverage": dict(coverage(results.records)),
-        "verdict": list(getattr(results, "verdict", [])),
+        "verdict": verdict,
         "matrix": [
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
             for (s, m), c in table.items()
@@ -112,9 +115,10 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     md = [
         f"# specgate parity report — {md_inline(results.impl)}",
         "",
+        *verdict_markdown(verdict),
         headline(results.records),
         "",
-        *[f"**The run fails:** {md_text(problem)}  " for problem in getattr(results, "verdict", [])],
+        *provenance.markdown(payload["provenance"] or {}),
         "",
         "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
         "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
@@ -136,8 +140,10 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
         for number, group in enumerate(payload["groups"], 1):
             md += group_markdown(number, group)
-    png_path = write_heatmap(
-        table, stem.with_name(stem.name + ".png"), results.impl, list(getattr(results, "verdict", []))
+    png_path = (
+        write_heatmap(table, stem.with_name(stem.name + ".png"), results.impl, list(verdict["reasons"]))
+        if table
+        else None
     )
     if png_path is not None:
         md[2:2] = [f"![parity matrix]({png_path.name})", ""]
@@ -146,6 +152,31 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     html_path = stem.with_name(stem.name + ".html")
     files.write_text(html_path, report_html.page(payload))
     return [md_path, json_path, html_path, *([png_path] if png_path is not None else [])]
+
+
+def run_verdict_object(results: Any) -> dict[str, Any]:
+    """The run's ``verdict`` object (``specgate.verdict.verdict_object``): the engine not
+    starting and crash loops cut short come first among its reasons."""
+    from specgate.run.crashloop import notes
+    from specgate.verdict import verdict_object
+
+    before = [results.startup_failure] if getattr(results, "startup_failure", "") else []
+    return verdict_object(
+        results.records, list(getattr(results, "verdict", [])), [*before, *notes(results.records)]
+    )
+
+
+def verdict_markdown(verdict: dict[str, Any]) -> list[str]:
+    """The Markdown headline: the verdict, then every reason."""
+    if verdict["result"] == "pass":
+        return ["**Verdict: PASS**", ""]
+    n = len(verdict["reasons"])
+    return [
+        f"**Verdict: FAIL** — {n} reason{'s' if n != 1 else ''}:",
+        "",
+        *[f"- {md_text(r)}" for r in verdict["reasons"]],
+        "",
+    ]
 
 
 def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
@@ -193,6 +224,7 @@ class MergedRun:
     records: list[Any]
     verdict: list[str]
     shard: None = None  # the merged report is the whole run's
+    provenance: dict[str, Any] | None = None  # the shards' (``merged_provenance``)
 
 
 def _read_report(path: Path) -> dict[str, Any]:
@@ -251,7 +283,29 @@ def merge(paths: list[Path]) -> MergedRun:
                 raise MergeError(f"case {case['nodeid']} is in both {where[case['nodeid']]} and {path}")
             where[case["nodeid"]] = path
             records.append(GateRecord(**case))
-    return MergedRun(payloads[0]["impl"], records, run_verdict(records))
+    return MergedRun(
+        payloads[0]["impl"], records, run_verdict(records), None, merged_provenance(paths, payloads)
+    )
+
+
+def merged_provenance(paths: list[Path], payloads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first shard's provenance for the whole run, its models the union of the
+    shards', and each merged report's file, shard, command and date."""
+    provs = [p.get("provenance") or {} for p in payloads]
+    if not any(provs):
+        return None
+    models = [m for prov in provs for m in (prov.get("models") or [])]
+    merged = [
+        {
+            "file": path.name,
+            "shard": prov.get("shard"),
+            "command": prov.get("command"),
+            "date": prov.get("date"),
+        }
+        for path, prov in zip(paths, provs, strict=True)
+    ]
+    first = next(prov for prov in provs if prov)
+    return {**first, "models": list(dict.fromkeys(models)), "shard": None, "merged_from": merged}
 
 
 # Outcome colours: the hue says which outcome, the saturation what share of the row's cases.

@@ -28,7 +28,7 @@ td.count.zero { color: #bbb; }
 td.o-pass:not(.zero) { background: #d6f0d6; } td.o-fail:not(.zero) { background: #f6c9c9; }
 td.o-refused:not(.zero) { background: #cddcf6; } td.o-error:not(.zero) { background: #e3cdf0; }
 td.o-reference-disagreement:not(.zero) { background: #f6e4b8; }
-.verdict { color: #a00; font-weight: bold; }
+.verdict { color: #a00; font-weight: bold; } .verdict.pass { color: #161; }
 #filters { position: sticky; top: 0; background: #fff; padding: .4em 0; border-bottom: 1px solid #ddd; }
 #filters label { margin-right: 1em; }
 section.group { border: 1px solid #ddd; border-radius: 4px; padding: .5em 1em; margin: .8em 0; }
@@ -161,6 +161,26 @@ def _group(number: int, group: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+def verdict_html(verdict: Any) -> str:
+    """The headline: the verdict, then every reason (an older report's list: its rules)."""
+    if not isinstance(verdict, dict):
+        verdict = {"result": "fail" if verdict else "pass", "reasons": list(verdict or [])}
+    if verdict["result"] == "pass":
+        return '<p class="verdict pass" id="verdict">Verdict: PASS</p>'
+    items = "".join(f"<li>{escape(r)}</li>" for r in verdict["reasons"])
+    return f'<p class="verdict" id="verdict">Verdict: FAIL</p><ul class="verdict">{items}</ul>'
+
+
+def provenance_html(prov: Any) -> str:
+    """Who and what the run was (``specgate.provenance``), as a short list."""
+    from specgate.provenance import markdown
+
+    if not isinstance(prov, dict):
+        return ""
+    items = "".join(f"<li>{escape(line.removeprefix('- ').replace('`', ''))}</li>" for line in markdown(prov))
+    return f'<ul id="provenance" class="note">{items}</ul>'
+
+
 def page(payload: dict[str, Any]) -> str:
     """The whole page for a report payload (the JSON report's dict)."""
     rows = payload["matrix"]
@@ -168,9 +188,7 @@ def page(payload: dict[str, Any]) -> str:
     models = sorted({r["model"] for r in rows})
     groups = payload.get("groups", [])
     coverage = payload.get("coverage", {})
-    verdict = "".join(
-        f'<p class="verdict">The run fails: {escape(v)}</p>' for v in payload.get("verdict", [])
-    )
+    verdict = verdict_html(payload.get("verdict"))
     title = f"specgate parity report — {payload['impl']}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -178,8 +196,9 @@ def page(payload: dict[str, Any]) -> str:
 <title>{escape(title)}</title><style>{_CSS}{report_browser.CSS}</style></head>
 <body>
 <h1>{escape(title)}</h1>
-<p id="coverage">{escape(", ".join(f"{n} {o}" for o, n in sorted(coverage.items())))}</p>
 {verdict}
+<p id="coverage">{escape(", ".join(f"{n} {o}" for o, n in sorted(coverage.items())))}</p>
+{provenance_html(payload.get("provenance"))}
 <div id="filters">{_options("stage", stages)}{_options("model", models)}{_options("outcome", list(OUTCOMES))}
 <span id="shown" class="note"></span></div>
 <h2>Matrix</h2>

@@ -30,6 +30,16 @@ class ShardError(ValueError):
     """A bad ``--shard`` value or cost table (reported as one usage line)."""
 
 
+def chosen_shard(raw: str) -> tuple[int, int] | None:
+    """``--shard I/N`` as ``(I, N)`` (None without it); a bad value is one usage line."""
+    import pytest
+
+    try:
+        return parse_shard(raw) if raw else None
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``"2/3"`` → ``(2, 3)``: shard I of N, 1 ≤ I ≤ N."""
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)

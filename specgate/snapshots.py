@@ -130,6 +130,41 @@ def available(stage: str, root: Path = SNAPSHOT_ROOT) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{stage}.json"))
 
 
+def repair_hint(model_id: str, stage: str, root: Path = SNAPSHOT_ROOT, gguf: Any = None) -> str:
+    """How to get a readable ``stage`` snapshot of ``model_id`` back: the committed file
+    from git (the repository's snapshots), else a re-recording into ``root``."""
+    if root == SNAPSHOT_ROOT:
+        return (
+            f"restore the committed file with `git checkout -- snapshots/{model_id}/{stage}.json` "
+            f"or re-record it with `{REGENERATE}`"
+        )
+    return f"re-record it with `{REGENERATE} -- --model {gguf or 'PATH'} --snapshot-dir {root}`"
+
+
+def read(model_id: str, stage: str, root: Path = SNAPSHOT_ROOT, gguf: Any = None) -> dict[str, Any]:
+    """A snapshot file's ``{"provenance": {...}, "cases": {id: {...}}}``, or ``SnapshotError``
+    (one line naming the fix) when it cannot be read or is not of that form."""
+    path = path_for(model_id, stage, root)
+    try:
+        data = json.loads(files.read_regular(path, MAX_SNAPSHOT_BYTES, "snapshot").decode("utf-8"))
+    except files.UnsafeFile as exc:  # a FIFO, /dev/zero, a file too large to be a snapshot
+        problem = str(exc)
+    except OSError as exc:
+        problem = f"cannot read snapshot file {path}: {exc.strerror or exc}"
+    except (ValueError, RecursionError) as exc:  # invalid JSON or invalid UTF-8, or nested without end
+        problem = f"malformed snapshot file {path}: not JSON ({(str(exc).splitlines() or [''])[0][:300]})"
+    else:
+        if not isinstance(data, dict) or not isinstance(data.get("provenance"), dict):
+            problem = f"malformed snapshot file {path}: no provenance object"
+        elif not isinstance(data.get("cases"), dict):
+            problem = f"malformed snapshot file {path}: no cases object"
+        elif bad := next((k for k, v in data["cases"].items() if not isinstance(v, dict)), None):
+            problem = f"malformed snapshot file {path}: case {bad!r} is not an object"
+        else:
+            return data
+    raise SnapshotError(f"{problem}; {repair_hint(model_id, stage, root, gguf)}")
+
+
 def load(model: ModelRef, stage: str, root: Path = SNAPSHOT_ROOT) -> dict[str, Any]:
     """The snapshot's cases for ``model``/``stage`` under ``root``, after checking its provenance."""
     path = path_for(model.id, stage, root)
@@ -138,18 +173,25 @@ def load(model: ModelRef, stage: str, root: Path = SNAPSHOT_ROOT) -> dict[str, A
         raise SnapshotError(
             f"no {stage} snapshot for model {model.id!r} ({path}); record it with: {regenerate}"
         )
-    data = read_json(path)
-    try:
-        prov, cases = data["provenance"], data["cases"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SnapshotError(f"malformed snapshot {path}: {exc}") from exc
+    data = read(model.id, stage, root, model.gguf)
+    prov, cases = data["provenance"], data["cases"]
     if prov.get("model_sha256") != model.sha256:
         which = f"the file {model.gguf}" if model.role == "user" else f"the cached {model.id!r}"
         raise SnapshotError(
             f"STALE SNAPSHOT {path}: recorded from model sha256 {prov.get('model_sha256')} but {which} "
-            f"is {model.sha256}. The model changed; regenerate the references with: {regenerate}"
+            f"is {model.sha256}. The model changed under its snapshots; regenerate the references with: "
+            f"{regenerate}{refetch_hint(model)}"
         )
     return cases
+
+
+def refetch_hint(model: ModelRef) -> str:
+    """For a model the cache provides: the other fix, providing the file the snapshots were recorded from."""
+    if model.role in ("user", "corpus"):
+        return ""
+    if model.id.startswith("tiny-"):
+        return " (or, if the snapshots are right, remake the tiny model with `specgate models tiny`)"
+    return f" (or, if the snapshots are right, re-fetch the model with `specgate models fetch {model.id}`)"
 
 
 # ---------------------------------------------------------------------------

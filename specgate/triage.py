@@ -593,6 +593,7 @@ def examine(
     group_budget: float = DEFAULT_GROUP_BUDGET,
     total_budget: float = DEFAULT_TOTAL_BUDGET,
     diagnose_budget: float = 60.0,
+    worth_shrinking: Callable[[list[Group]], list[Group]] = lambda groups: groups,
 ) -> list[Group]:
     """A run's findings as root-cause groups: the failing cases diagnosed
     (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
@@ -604,7 +605,7 @@ def examine(
     shrinkable = total_budget > 0 and any(r.outcome in SHRUNK_OUTCOMES for r in records)
     if not (diagnosable or shrinkable):
         groups = group_records(records)
-        shrink_groups(groups, impl, repro_dir, group_budget, total_budget)  # notes why nothing is shrunk
+        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget)  # notes why not
         return groups
     from impl.registry import resolve
 
@@ -612,7 +613,7 @@ def examine(
     try:
         diagnoses = Diagnoser(engine, diagnose_budget).diagnose(records) if diagnosable else []
         groups = group_records(records, diagnoses)
-        shrink_groups(groups, impl, repro_dir, group_budget, total_budget, engine=engine)
+        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:
         engine.close()
     return groups

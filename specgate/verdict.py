@@ -42,3 +42,27 @@ def run_verdict(records: list[GateRecord]) -> list[str]:
             + "): nothing was shown to conform"
         )
     return problems
+
+
+def verdict_object(records: list[GateRecord], rules: list[str], before: list[str] = ()) -> dict[str, Any]:
+    """The run's verdict for the reports: ``{"result": "pass" | "fail", "reasons": [...],
+    "rules": [...]}``. Every reason the run fails: ``before`` (the engine did not start,
+    crash loops cut short), each row's failed and errored cases, and ``rules``
+    (``run_verdict``'s problems, also kept apart under ``rules``)."""
+    reasons = list(before)
+    rows: dict[tuple[str, str], Counter[str]] = {}
+    for r in records:
+        rows.setdefault((r.stage, r.model), Counter())[r.outcome] += 1
+    for (stage, model), counts in sorted(rows.items()):
+        bad = [f"{counts[o]} {word}" for o, word in (("fail", "failed"), ("error", "errors")) if counts[o]]
+        if bad:
+            reasons.append(f"{stage} · {model}: {', '.join(bad)} of {sum(counts.values())} cases")
+    reasons += rules
+    return {"result": "fail" if reasons else "pass", "reasons": reasons, "rules": list(rules)}
+
+
+def rule_problems(payload: dict[str, Any]) -> list[str]:
+    """A JSON report's run-verdict rule problems (``verdict.rules``; older reports kept
+    them as the ``verdict`` list itself)."""
+    verdict = payload.get("verdict", [])
+    return list(verdict.get("rules", [])) if isinstance(verdict, dict) else list(verdict)

@@ -151,7 +151,8 @@ def recorded_metadata(user_gguf: Path, tmp_path: Path) -> Path:
 
 
 def changed_model(user_gguf: Path, before: Path, tmp_path: Path) -> tuple[str, str]:
-    """Gate the copy (green), change its RoPE base, gate again: refused as stale.
+    """Gate the copy (green), change its RoPE base, gate again: refused as stale, with one
+    setup error line (exit status 4), never an outcome of the engine.
     Returns the old and the new sha256."""
     old = model_cache.sha256_file(user_gguf)
     proc, _ = gate(user_gguf, before, tmp_path / "ok", "--stages", "metadata")
@@ -161,16 +162,17 @@ def changed_model(user_gguf: Path, before: Path, tmp_path: Path) -> tuple[str, s
     assert open_gguf(user_gguf, header_only=True).metadata[ROPE_KEY] == 500_000.0
     new = model_cache.sha256_file(user_gguf)
     proc, report = gate(user_gguf, before, tmp_path / "stale", "--stages", "metadata")
-    assert proc.returncode == 1, f"a stale snapshot must fail the run:\n{proc.stdout[-3000:]}"
-    assert outcomes(report)["metadata"] == {"fail": len(report["cases"])}
-    message = report["cases"][0]["message"]
+    errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ERROR:")]
+    assert proc.returncode == 4, f"a stale snapshot is a setup error:\n{proc.stdout[-3000:]}"
+    assert len(errors) == 1 and not report, "one line, and no engine outcomes"
+    message = errors[0]
     for needed in (
         "STALE SNAPSHOT",
         old,
         new,
         f"nox -s snapshots -- --model {user_gguf} --snapshot-dir {before}",
     ):
-        assert needed in message, f"the refusal does not name {needed!r}:\n{message}"
+        assert needed in message, f"the setup error does not name {needed!r}:\n{message}"
     return old, new
 
 

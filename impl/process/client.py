@@ -5,15 +5,16 @@ The process is started once per session (lazily, on the first request) and reuse
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). What an engine writes is held in
-bounded amounts only (``impl.process.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr,
+bounded amounts only (``impl.process.pipes``): the last ``STDERR_TAIL_BYTES`` of its stderr
+and the last lines of it that carried a message (a panic, FATAL, a traceback's last line),
 kept for error messages, and one stdout line of at most
 ``SPECGATE_CMD_MAX_LINE_BYTES``. The process is tied to ours (``impl.process.lifeline``):
 it dies with us even when we are killed outright.
 
 A crash, a hang past the deadline, a malformed or overlong line, a response
 carrying the wrong id or a result that does not follow its op's schema
-(``protocol/results/``) turns into ``EngineError`` (gate outcome ``error``) for
-that one case; the process is killed and started afresh on the next request, so
+(``protocol/results/``) turns into ``EngineDied`` (an ``EngineError``: gate outcome
+``error``) for that one case; the process is killed and started afresh on the next request, so
 the run goes on. An error the engine *reports* in a well-formed response is an
 ``error`` outcome too (or ``Unsupported``) but needs no restart. A handshake naming
 another protocol version is refused for the session.
@@ -38,7 +39,15 @@ import numpy as np
 from impl import bounds
 from impl.envvars import env_count, env_seconds
 from impl.process import lifeline, pipes, schema, wire
-from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import (
+    CAPABILITIES,
+    CONFORMANCE_CLASSES,
+    Engine,
+    EngineDied,
+    EngineError,
+    ModelRef,
+    Unsupported,
+)
 
 STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message
 STDERR_LINE_CHARS = 500  # each cut to its last this many characters
@@ -118,7 +127,7 @@ class CmdEngine(Engine):
         if self._proc is not None and self._hello is not None:
             return
         if self._start_failures >= MAX_START_FAILURES:
-            raise EngineError(
+            raise EngineDied(
                 f"cmd: gave up after {self._start_failures} failed start-ups of "
                 f"{self.command_line!r}; last: {self._last_start_error}"
             )
@@ -197,12 +206,23 @@ class CmdEngine(Engine):
         self._kill()
 
     # --- one exchange -----------------------------------------------------------------
-    def _stderr_tail(self) -> str:
+    def _stderr_quote(self) -> tuple[str, list[str]]:
+        """The engine's stderr as quoted in an error: the lines that carried a message
+        (a panic, FATAL, an error, a traceback's last line — kept however early they
+        came), then the last lines; and the short form for a one-line reason."""
         time.sleep(0.05)  # let the stderr pump catch the last words of a dying process
-        tail = self._stderr.lines(STDERR_TAIL_LINES, STDERR_LINE_CHARS) if self._stderr is not None else []
-        return ("\n  engine stderr (last lines):\n    " + "\n    ".join(tail)) if tail else ""
+        if self._stderr is None:
+            return "", []
+        messages = self._stderr.message_lines()
+        tail = [t for t in self._stderr.lines(STDERR_TAIL_LINES, STDERR_LINE_CHARS) if t not in messages]
+        quote = ""
+        if messages:
+            quote += "\n  engine stderr (lines carrying a message):\n    " + "\n    ".join(messages)
+        if tail:
+            quote += "\n  engine stderr (last lines):\n    " + "\n    ".join(tail)
+        return quote, messages or tail[-3:]
 
-    def _broken(self, reason: str) -> EngineError:
+    def _broken(self, reason: str) -> EngineDied:
         """Kill the process (restarted on the next request) and describe why."""
         proc = self._proc
         status = proc.poll() if proc is not None else None
@@ -210,7 +230,8 @@ class CmdEngine(Engine):
         if status is None and proc is not None:
             status = proc.returncode
         exit_note = f" (exit status {status})" if status is not None else ""
-        return EngineError(f"{self.label} [{self.command_line}]: {reason}{exit_note}{self._stderr_tail()}")
+        quote, short = self._stderr_quote()
+        return EngineDied(f"{self.label} [{self.command_line}]: {reason}{exit_note}{quote}", short)
 
     def _read_line(
         self, timeout: float, what: str, deadline: float | None = None, max_line: int | None = None
@@ -327,6 +348,12 @@ class CmdEngine(Engine):
         self._ensure_started()
         assert self._hello is not None
         return f"{self._hello.get('engine', '?')} {self._hello.get('version', '?')}"
+
+    def handshake(self) -> dict[str, Any]:
+        """The engine's handshake line as it sent it (for the report's provenance)."""
+        self._ensure_started()
+        assert self._hello is not None
+        return dict(self._hello)
 
     def metadata(self, model: ModelRef) -> dict[str, Any]:
         return self.request("metadata", model=wire.model_to_wire(model))

@@ -8,7 +8,8 @@ rules keep a misbehaving engine from growing our memory or stalling us:
   deadline. Between requests nothing is read, so an engine that keeps writing
   blocks on the full pipe instead of filling our memory.
 * ``StderrTail``: stderr is drained all the time (an engine must never block on a
-  log line), in chunks, keeping only the last ``limit`` bytes — newlines or not.
+  log line), in chunks, keeping only the last ``limit`` bytes — newlines or not — and
+  the last few lines that carry a message (``impl.process.stderr_lines``).
 * ``write_all``: a request is written without blocking past a deadline, so an
   engine that stops reading its stdin cannot hang us on a large request.
 """
@@ -21,6 +22,8 @@ import select
 import threading
 import time
 from typing import IO
+
+from impl.process.stderr_lines import MessageLines
 
 CHUNK = 1 << 20  # bytes per read or write system call
 
@@ -87,11 +90,13 @@ class LineReader:
 
 
 class StderrTail:
-    """Drains a stream on a daemon thread, keeping its last ``limit`` bytes."""
+    """Drains a stream on a daemon thread, keeping its last ``limit`` bytes and, as
+    they pass, the lines that carry a message (``impl.process.stderr_lines``)."""
 
     def __init__(self, stream: IO[bytes], limit: int):
         self._limit = limit
         self._tail = bytearray()
+        self._messages = MessageLines()
         self._lock = threading.Lock()
         # The thread owns the stream and closes it at end of stream: closing it from
         # another thread would free the descriptor number while a read is pending.
@@ -102,6 +107,7 @@ class StderrTail:
         try:
             while chunk := os.read(fd, 1 << 16):
                 with self._lock:
+                    self._messages.feed(chunk)
                     self._tail += chunk
                     if len(self._tail) > self._limit:
                         del self._tail[: len(self._tail) - self._limit]
@@ -117,6 +123,12 @@ class StderrTail:
             text = self._tail.decode("utf-8", errors="replace")
         lines = [line.rstrip() for line in text.splitlines()][-count:]
         return [line if len(line) <= width else "…" + line[-width:] for line in lines]
+
+    def message_lines(self) -> list[str]:
+        """The last few lines that carried a message (a panic, FATAL, an error, a
+        traceback's last line), each cut from its end, however long ago they were written."""
+        with self._lock:
+            return self._messages.lines()
 
 
 def write_all(stream: IO[bytes], data: bytes, deadline: float) -> None:

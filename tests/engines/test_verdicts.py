@@ -34,7 +34,7 @@ def test_an_engine_refusing_everything_fails_the_run(tmp_path: Path) -> None:
     assert "RUN FAILS — no case passed in the whole run" in run.output
     for stage in ("split", "encode", "decode"):
         assert f"RUN FAILS — {stage} · {VOCAB}: no case passed" in run.output
-    assert any("no case passed in the whole run" in v for v in run.report["verdict"])
+    assert any("no case passed in the whole run" in v for v in run.report["verdict"]["reasons"])
     markdown = next((tmp_path / "reports").glob("parity-*.md")).read_text(encoding="utf-8")
     assert "## Refusals, grouped by message" in markdown and "this engine supports nothing" in markdown
 

@@ -1,0 +1,72 @@
+"""A process engine that is broken the way real ones are, for the run's trust tests.
+
+    python tests/engines/crashing_engine.py MODE
+
+Standard library only: it speaks PROTOCOL.md by hand, as an engine in another language
+would.
+
+* ``loop``: loads for ``CRASHING_ENGINE_LOAD`` seconds (default 2), sends its
+  handshake (encode only), then dies on every request the way a Rust engine panics:
+  the panic line, its message, and a long backtrace after them on stderr, exit 101.
+* ``alternate``: as ``loop``, but answers ``[1, 2, 3]`` to every other request (the
+  first of each process's life) before dying on the next one: never three deaths in
+  a row.
+* ``no-start``: prints ``FATAL: cannot mmap weights …`` (and a few log lines around it)
+  to stderr and exits 3 before its handshake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+PANIC = "thread 'main' panicked at src/engine/forward.rs:412:9:"
+MESSAGE = "index out of bounds: the len is 151936 but the index is 4294967295"
+FATAL = "FATAL: cannot mmap weights /models/qwen.gguf: Cannot allocate memory (os error 12)"
+
+
+def die_like_rust(request: int) -> None:
+    err = sys.stderr
+    err.write(f"[INFO] handling request {request}\n")
+    err.write(PANIC + "\n" + MESSAGE + "\n")
+    err.write("stack backtrace:\n")
+    for frame in range(120):  # far more than any tail keeps: the panic scrolls out of it
+        err.write(f"  {frame:3}: engine::forward::layer_{frame}::h{frame:016x}\n")
+        err.write(f"             at ./src/engine/forward.rs:{400 + frame}:5\n")
+    err.write("note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose backtrace.\n")
+    err.flush()
+    os._exit(101)
+
+
+def main() -> int:
+    mode = sys.argv[1] if len(sys.argv) > 1 else "loop"
+    if mode == "no-start":
+        sys.stderr.write("[INFO] crashing engine 1.0 starting\n[INFO] reading /models/qwen.gguf\n")
+        sys.stderr.write(FATAL + "\n[INFO] shutting down\n")
+        sys.stderr.flush()
+        return 3
+    time.sleep(float(os.environ.get("CRASHING_ENGINE_LOAD", "2")))
+    hello = {
+        "protocol": "specgate-jsonl/1",
+        "engine": "crashing",
+        "version": "1.0",
+        "capabilities": ["encode"],
+    }
+    sys.stdout.write(json.dumps(hello) + "\n")
+    sys.stdout.flush()
+    for n, line in enumerate(sys.stdin, start=1):
+        request = json.loads(line)
+        if request.get("op") == "shutdown":
+            return 0
+        if mode == "alternate" and n % 2 == 1:
+            sys.stdout.write(json.dumps({"id": request["id"], "result": [1, 2, 3]}) + "\n")
+            sys.stdout.flush()
+            continue
+        die_like_rust(n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
