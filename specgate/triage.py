@@ -611,7 +611,9 @@ def examine(
 
     engine = resolve(impl)
     try:
-        diagnoses = Diagnoser(engine, diagnose_budget).diagnose(records) if diagnosable else []
+        diagnoses = (
+            Diagnoser(engine, case_input, model_for, diagnose_budget).diagnose(records) if diagnosable else []
+        )
         groups = group_records(records, diagnoses)
         shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:

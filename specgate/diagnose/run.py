@@ -72,6 +72,8 @@ class _Case:
 @dataclass
 class Diagnoser:
     engine: Any
+    case_input: Callable[[Any], dict[str, Any] | None]  # a record's input (``triage.case_input``)
+    model_for: Callable[[str], Any]  # a model id's ModelRef (``triage.model_for``)
     budget: float = DEFAULT_BUDGET
     clock: Callable[[], float] = time.monotonic
     notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
@@ -113,16 +115,14 @@ class Diagnoser:
         return sorted(found, key=lambda d: (-len(d.records), d.stage, d.model, d.name))
 
     def _row(self, stage: str, model_id: str, row: list[Any], deadline: float) -> list[Diagnosis]:
-        from specgate.triage import case_input, model_for
-
-        model = model_for(model_id)
+        model = self.model_for(model_id)
         m = tokenizer.model_tokenizer(model.gguf)
         failing_records = [r for r in row if r.outcome == "fail"]
         failing, unanswered = [], 0
         for record in failing_records[:MAX_CASES_PER_ROW]:
             if self.clock() > deadline or unanswered >= MAX_UNANSWERED:
                 break
-            inp = case_input(record)
+            inp = self.case_input(record)
             if inp is None:
                 continue
             try:
@@ -153,7 +153,9 @@ class Diagnoser:
             if not {k for k, _ in h1.knobs} & {k for k, _ in h2.knobs}
         }
         passing = [
-            _Case(r, inp, None) for r in row if r.outcome == "pass" and (inp := case_input(r)) is not None
+            _Case(r, inp, None)
+            for r in row
+            if r.outcome == "pass" and (inp := self.case_input(r)) is not None
         ]
         diagnosed = []
         for h in candidates:
