@@ -53,16 +53,15 @@ def _open_regular(path: Path, limit: int, what: str) -> BinaryIO:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UnsafeFile(f"cannot read {path}: {exc.strerror or exc}") from None
-    f = os.fdopen(fd, "rb")
     st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        f.close()
+    if not stat.S_ISREG(st.st_mode):  # checked before fdopen, which refuses a directory
+        os.close(fd)
         kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
         raise UnsafeFile(f"{what} {path} is a {kind}, not a regular file: not read")
     if st.st_size > limit:
-        f.close()
+        os.close(fd)
         raise UnsafeFile(f"{what} {path} is larger than its bound ({st.st_size} > {limit} bytes)")
-    return f
+    return os.fdopen(fd, "rb")
 
 
 _KINDS = (
