@@ -89,12 +89,12 @@ def check_files(root: Path, model_ids: list[str]) -> None:
     naming it (``pytest.UsageError``, exit status 4; called by the plugin's usage check)."""
     import pytest
 
-    folders = [root / m for m in model_ids if files.component_problem(m) is None]
-    for path in [p for folder in folders for p in sorted(folder.glob("*.json"))]:
-        try:
-            files.check_regular(path, MAX_SNAPSHOT_BYTES, "snapshot")
-        except files.UnsafeFile as exc:
-            raise pytest.UsageError(str(exc)) from None
+    for model_id in [m for m in model_ids if files.component_problem(m) is None]:
+        for path in sorted((root / model_id).glob("*.json")):
+            try:
+                files.check_regular(path, MAX_SNAPSHOT_BYTES, "snapshot")
+            except files.UnsafeFile as exc:
+                raise pytest.UsageError(f"{exc}; {repair_hint(model_id, path.stem, root)}") from None
 
 
 def package_versions(*names: str) -> dict[str, str]:

@@ -70,7 +70,10 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], list[str]]] = {
     ),
     "not json": (not_json, ["malformed snapshot file", "not JSON", "re-record it with `nox -s snapshots"]),
     "not utf-8": (not_utf8, ["malformed snapshot file", "not JSON", "re-record it with `nox -s snapshots"]),
-    "unreadable": (a_directory, ["cannot read snapshot file", "re-record it with `nox -s snapshots"]),
+    "unreadable": (
+        a_directory,
+        ["is a directory, not a regular file", "re-record it with `nox -s snapshots"],
+    ),
     "no provenance": (no_provenance, ["malformed snapshot file", "no provenance object"]),
     "case not an object": (case_not_an_object, ["case 'plain-ascii/plain' is not an object"]),
 }
