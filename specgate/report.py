@@ -43,6 +43,11 @@ def headline(records: list[Any]) -> str:
     )
 
 
+def models_gated(records: list[Any]) -> list[str]:
+    """The models the run gated, in the order their first case ran."""
+    return list(dict.fromkeys(r.model for r in records))
+
+
 def refusal_groups(records: list[Any]) -> list[tuple[str, list[Any]]]:
     """Refusals grouped by their message, largest group first."""
     groups: dict[str, list[Any]] = defaultdict(list)
@@ -99,7 +104,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "provenance": getattr(results, "provenance", None),
         "startup_failure": getattr(results, "startup_failure", "") or None,  # the engine did not start: why
         "coverage": dict(coverage(results.records)),
-        "verdict": verdict,
+        "models": models_gated(results.records),
         "matrix": [
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
             for (s, m), c in table.items()
@@ -117,6 +122,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "",
         *verdict_markdown(verdict),
         headline(results.records),
+        "",
+        f"Models gated ({len(payload['models'])}): {md_text(', '.join(payload['models']))}",
         "",
         *provenance.markdown(payload["provenance"] or {}),
         "",
