@@ -105,6 +105,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "startup_failure": getattr(results, "startup_failure", "") or None,  # the engine did not start: why
         "coverage": dict(coverage(results.records)),
         "models": models_gated(results.records),
+        "verdict": verdict,
         "matrix": [
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
             for (s, m), c in table.items()
