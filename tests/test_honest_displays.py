@@ -92,6 +92,7 @@ def test_the_report_reproducer_block_shows_escapes() -> None:
     assert '"e\\u0301·\\u0085"' in md.replace(" ", "·") and "\u0301" not in md.split("```json")[1]
 
 
+@pytest.mark.slow  # a model loaded by an engine process
 def test_specgate_repro_prints_escapes(tmp_path: Path) -> None:
     need_model()
     text = "e\u0301 \x85x"
@@ -117,6 +118,7 @@ def test_specgate_repro_prints_escapes(tmp_path: Path) -> None:
 # -- a message names the reference that judged ---------------------------------
 
 
+@pytest.mark.slow  # a model loaded by an engine process
 def test_a_recheck_message_names_the_oracle(tmp_path: Path) -> None:
     need_model()
     from impl.oracle import OracleEngine
