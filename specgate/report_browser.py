@@ -41,7 +41,7 @@ def group_heading(group: dict[str, Any], width: int = 160) -> str:
     head, sep, rest = line.partition(": ")
     if sep and head.startswith("[") and "]" in head:  # the gate's "[stage] model M, case C: " prefix
         line = rest
-    line = one_line(escaped(line))
+    line = one_line(escaped(line, double_backslashes=False))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -121,7 +121,7 @@ def _rows(payload: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for i, c in enumerate(payload.get("cases", [])):
         d = details[i] if i < len(details) else {}
-        message = _shown(escaped(str(c.get("message", "")).strip()))
+        message = _shown(escaped(str(c.get("message", "")).strip(), double_backslashes=False))
         rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message,
                      d.get("input", ""), d.get("reference", "")])  # fmt: skip
     return rows
@@ -140,7 +140,7 @@ def _refusals(payload: dict[str, Any]) -> str:
         more = f"<li>… and {len(nodeids) - 200} more</li>" if len(nodeids) > 200 else ""
         items.append(
             f'<details class="refusal"><summary><span class="refusal-count">{len(nodeids)}</span>× '
-            f"{escape(_shown(escaped(message)))}</summary><ul>{cases}{more}</ul></details>"
+            f"{escape(_shown(escaped(message, double_backslashes=False)))}</summary><ul>{cases}{more}</ul></details>"
         )
     return f"<h3>Refusals, grouped by message ({len(groups)})</h3>{''.join(items)}"
 
@@ -159,9 +159,10 @@ const caseBrowser = (() => {
   const rows = JSON.parse(document.getElementById('case-data').textContent);
   const body = document.querySelector('#cases tbody');
   const esc = s => String(s).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'})[c]);
+  const firstLine = m => m.split('\\n')[0].replace(/^\\[[^\\]]*\\][^:]*: /, '').slice(0, 300);  // without the case prefix
   body.innerHTML = rows.map((r, i) =>  // one string: thousands of rows in one parse
     `<tr class="case" data-i="${i}"><td class="o-${esc(r[2])}">${esc(r[2])}</td><td>${esc(r[0])}</td>` +
-    `<td>${esc(r[1])}</td><td>${esc(r[3])}</td><td class="msg">${esc(r[4].split('\\n')[0].slice(0, 300))}</td></tr>`
+    `<td>${esc(r[1])}</td><td>${esc(r[3])}</td><td class="msg">${esc(firstLine(r[4]))}</td></tr>`
   ).join('');
   const trs = [...body.rows];
   body.addEventListener('click', e => {
