@@ -46,6 +46,8 @@ def group_heading(group: dict[str, Any], width: int = 160) -> str:
 
 
 def _shown(text: str) -> str:
+    """``text`` cut to ``SHOWN_CHARS`` with a visible marker (cut before escaping too:
+    escaping walks every character)."""
     return cut(text, SHOWN_CHARS)
 
 
@@ -121,7 +123,7 @@ def _rows(payload: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for i, c in enumerate(payload.get("cases", [])):
         d = details[i] if i < len(details) else {}
-        message = _shown(escaped(str(c.get("message", "")).strip(), double_backslashes=False))
+        message = _shown(escaped(_shown(str(c.get("message", "")).strip()), double_backslashes=False))
         rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message,
                      d.get("input", ""), d.get("reference", "")])  # fmt: skip
     return rows
@@ -140,7 +142,7 @@ def _refusals(payload: dict[str, Any]) -> str:
         more = f"<li>… and {len(nodeids) - 200} more</li>" if len(nodeids) > 200 else ""
         items.append(
             f'<details class="refusal"><summary><span class="refusal-count">{len(nodeids)}</span>× '
-            f"{escape(_shown(escaped(message, double_backslashes=False)))}</summary><ul>{cases}{more}</ul></details>"
+            f"{escape(_shown(escaped(_shown(message), double_backslashes=False)))}</summary><ul>{cases}{more}</ul></details>"
         )
     return f"<h3>Refusals, grouped by message ({len(groups)})</h3>{''.join(items)}"
 
