@@ -29,18 +29,25 @@ SHOWN_CHARS = 2000
 _SNAPSHOT_STAGES = ("split", "encode", "decode", "render")
 
 
-def group_heading(group: dict[str, Any], width: int = 120) -> str:
+def group_heading(group: dict[str, Any], width: int = 160) -> str:
     """A group's heading: its named cause when diagnosed, else its first case's real
-    first message line (invisible code points escaped, shortened) — never the masked
+    first message line (without the gate's prefix naming the case; invisible code
+    points escaped; shortened) — never the masked
     signature, which stays the grouping key."""
     if group.get("diagnosis"):
         return f"the engine {group['diagnosis']}"
     lines = [line for line in str(group.get("first_message", "")).splitlines() if line.strip()]
-    line = one_line(escaped(lines[0].strip() if lines else ""))
+    line = lines[0].strip() if lines else ""
+    head, sep, rest = line.partition(": ")
+    if sep and head.startswith("[") and "]" in head:  # the gate's "[stage] model M, case C: " prefix
+        line = rest
+    line = one_line(escaped(line, double_backslashes=False))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _shown(text: str) -> str:
+    """``text`` cut to ``SHOWN_CHARS`` with a visible marker (cut before escaping too:
+    escaping walks every character)."""
     return cut(text, SHOWN_CHARS)
 
 
@@ -116,7 +123,7 @@ def _rows(payload: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for i, c in enumerate(payload.get("cases", [])):
         d = details[i] if i < len(details) else {}
-        message = _shown(escaped(str(c.get("message", "")).strip()))
+        message = _shown(escaped(_shown(str(c.get("message", "")).strip()), double_backslashes=False))
         rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message,
                      d.get("input", ""), d.get("reference", "")])  # fmt: skip
     return rows
@@ -135,7 +142,7 @@ def _refusals(payload: dict[str, Any]) -> str:
         more = f"<li>… and {len(nodeids) - 200} more</li>" if len(nodeids) > 200 else ""
         items.append(
             f'<details class="refusal"><summary><span class="refusal-count">{len(nodeids)}</span>× '
-            f"{escape(_shown(escaped(message)))}</summary><ul>{cases}{more}</ul></details>"
+            f"{escape(_shown(escaped(_shown(message), double_backslashes=False)))}</summary><ul>{cases}{more}</ul></details>"
         )
     return f"<h3>Refusals, grouped by message ({len(groups)})</h3>{''.join(items)}"
 
@@ -153,18 +160,17 @@ JS = """
 const caseBrowser = (() => {
   const rows = JSON.parse(document.getElementById('case-data').textContent);
   const body = document.querySelector('#cases tbody');
-  const trs = rows.map((r, i) => {
-    const tr = document.createElement('tr');
-    tr.className = 'case'; tr.dataset.i = i;
-    for (const [k, v] of [[2, r[2]], [0, r[0]], [1, r[1]], [3, r[3]], [4, r[4].split('\\n')[0]]]) {
-      const td = document.createElement('td'); td.textContent = v;
-      if (k === 2) td.className = 'o-' + v; if (k === 4) td.className = 'msg';
-      tr.appendChild(td);
-    }
-    tr.addEventListener('click', () => toggle(tr, r));
-    return tr;
+  const esc = s => String(s).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'})[c]);
+  const firstLine = m => m.split('\\n')[0].replace(/^\\[[^\\]]*\\][^:]*: /, '').slice(0, 300);  // without the case prefix
+  body.innerHTML = rows.map((r, i) =>  // one string: thousands of rows in one parse
+    `<tr class="case" data-i="${i}"><td class="o-${esc(r[2])}">${esc(r[2])}</td><td>${esc(r[0])}</td>` +
+    `<td>${esc(r[1])}</td><td>${esc(r[3])}</td><td class="msg">${esc(firstLine(r[4]))}</td></tr>`
+  ).join('');
+  const trs = [...body.rows];
+  body.addEventListener('click', e => {
+    const tr = e.target.closest('tr.case');
+    if (tr) toggle(tr, rows[tr.dataset.i]);
   });
-  for (const tr of trs) body.appendChild(tr);
   const haystack = rows.map(r => (r[3] + '\\n' + r[4] + '\\n' + r[5] + '\\n' + r[6]).toLowerCase());
   function ws(text) {  // whitespace made visible: · space, → tab, ↵ newline
     return text.replace(/ /g, '\\u00b7').replace(/\\t/g, '\\u2192').replace(/\\n/g, '\\u21b5\\n');

@@ -102,13 +102,14 @@ def _invisible(ch: str) -> bool:
     return cat[0] in "MC" or (cat[0] == "Z" and ch != " ")
 
 
-def escaped(text: str) -> str:
+def escaped(text: str, double_backslashes: bool = True) -> str:
     """``text`` with every invisible or combining code point written as an escape
     (``e\\u0301`` for a decomposed é, ``\\x85`` for NEL, ``\\u00a0`` for a no-break
     space); tab and newline kept (the displays show them), a backslash doubled so an
-    escape in the text is told from one made here."""
+    escape in the text is told from one made here (``double_backslashes=False`` for a
+    message, whose quoted texts already carry Python's escapes)."""
     out = []
-    for ch in text.replace("\\", "\\\\"):
+    for ch in text.replace("\\", "\\\\") if double_backslashes else text:
         if ch in "\t\n" or not _invisible(ch):
             out.append(ch)
         else:

@@ -1,0 +1,149 @@
+"""The HTML report's case browser (issue 27): every case of a real run, filterable,
+searchable and sortable in a real headless chromium driven over the DevTools
+protocol (``tests/cdp.py``); and its size bound, without a browser."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from specgate import models as model_cache
+from specgate import report_browser, report_html
+from specgate.plugin import model_missing
+from specgate.verdict import GateRecord
+from tests.cdp import Chromium
+from tests.engines.parity_run import run_parity, script_impl
+from tests.test_report_html import chromium
+
+ENGINE = Path(__file__).resolve().parent / "engines" / "browser_engine.py"
+MODEL = "qwen3-vocab"
+
+
+def test_every_shown_value_is_capped_and_the_page_stays_proportional() -> None:
+    """5,000 cases, each with a 50,000-character message: each value is cut with a
+    visible marker, and the page stays within a per-case bound."""
+    huge = "x" * 50_000
+    records = [
+        GateRecord("encode", MODEL, "fail", f"t::test_encode[{MODEL}-combining-acute/plain-{i}]", huge, {}, "combining-acute/plain")
+        for i in range(5000)
+    ]  # fmt: skip
+    details = report_browser.case_details(records)
+    assert details[0]["input"].startswith("cafe\u0301".replace("\u0301", "\\u0301")), details[0]
+    payload = {"impl": "x", "matrix": [], "groups": [], "coverage": {}, "verdict": [],
+               "cases": [r.__dict__ for r in records], "case_details": details}  # fmt: skip
+    html = report_html.page(payload)
+    per_case = 3 * report_browser.SHOWN_CHARS + 400  # message, input, answer, and the row's ids
+    assert len(html.encode()) < 5000 * per_case, len(html)
+    data = json.loads(
+        re.search(r'<script type="application/json" id="case-data">(.*?)</script>', html, re.S)[1]
+    )
+    assert len(data) == 5000
+    assert all(len(value) <= report_browser.SHOWN_CHARS + 40 for row in data for value in row)
+    assert "characters cut]" in data[0][4]
+
+
+def shown(browser: Chromium) -> tuple[str, int]:
+    return (
+        browser.js("document.getElementById('case-shown').textContent"),
+        browser.js("[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).length"),
+    )
+
+
+def select(browser: Chromium, name: str, value: str) -> None:
+    browser.js(
+        f"(() => {{ const s = document.getElementById({name!r}); s.value = {value!r};"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
+
+
+def search(browser: Chromium, text: str) -> None:
+    browser.js(
+        f"(() => {{ const s = document.getElementById('c-search'); s.value = {json.dumps(text)};"
+        " s.dispatchEvent(new Event('input')); })()"
+    )
+
+
+@pytest.mark.slow
+def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    binary = chromium(request.config)
+    if MODEL not in model_cache.cached_models():
+        model_missing(f"{MODEL}; run: specgate models fetch {MODEL}")
+    run = run_parity(tmp_path, script_impl(ENGINE), "split,encode,decode", MODEL)
+    assert run.status == 1, run.output[-3000:]
+    (page,) = (tmp_path / "reports").glob("parity-*.html")
+    cases = run.report["cases"]
+    n = len(cases)
+    outcomes = Counter(c["outcome"] for c in cases)
+    assert outcomes["fail"] and outcomes["refused"] and outcomes["pass"], outcomes
+
+    browser = Chromium(binary, tmp_path / "profile")
+    try:
+        seconds = browser.load(page.as_uri())
+        assert seconds < 120, seconds
+        print(f"{n} cases, {page.stat().st_size:,} bytes, loaded in {seconds:.2f} s")
+        assert shown(browser) == (f"{n} of {n} cases shown", n)
+
+        # the outcome, stage and model selects (the page's filters) choose the rows
+        for outcome, count in outcomes.items():
+            select(browser, "f-outcome", outcome)
+            assert shown(browser) == (f"{count} of {n} cases shown", count), outcome
+        select(browser, "f-outcome", "")
+        for stage, count in Counter(c["stage"] for c in cases).items():
+            select(browser, "f-stage", stage)
+            assert shown(browser)[1] == count, stage
+        select(browser, "f-stage", "")
+        select(browser, "f-model", MODEL)
+        assert shown(browser)[1] == n
+
+        # search: a case id of a failing split case finds its cases and nothing else
+        failing = next(c for c in cases if c["outcome"] == "fail" and c["stage"] == "split")
+        search(browser, failing["case"])
+        rows = browser.js(
+            "[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).map(r => r.cells[3].textContent)"
+        )
+        assert failing["nodeid"] in rows and all(failing["case"] in r for r in rows), rows
+        search(browser, "")
+        select(browser, "f-outcome", "fail")
+        term = failing["case"].split("/")[0]
+        search(browser, term)
+        rows = browser.js(
+            "[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).map(r => r.cells[3].textContent)"
+        )
+        expected = [c["nodeid"] for c in cases if c["outcome"] == "fail" and term in c["nodeid"]]
+        assert sorted(rows) == sorted(expected) and len(rows) >= 2, (term, rows)
+
+        # a click opens a case: its input with the combining accent escaped, the
+        # reference's ids, the first divergence
+        search(browser, "combining-acute/plain")
+        select(browser, "f-outcome", "")
+        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
+        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        assert "cafe\\u0301" in detail and "\u0301" not in detail, detail
+        assert re.search(r"the reference's answer:\n\[\d+,", detail), detail  # its ids
+
+        # sort by outcome: the visible rows come in order
+        search(browser, "")
+        select(browser, "c-sort", "2")
+        order = browser.js(
+            "[...document.querySelectorAll('#cases tr.case')].map(r => r.cells[0].textContent)"
+        )
+        assert order == sorted(order) and len(order) == n
+
+        # refusals, grouped with their message
+        groups = browser.js(
+            "[...document.querySelectorAll('details.refusal')].map(d => [Number(d.querySelector('.refusal-count').textContent), d.querySelector('summary').textContent])"
+        )
+        assert sum(count for count, _ in groups) == outcomes["refused"], groups
+        assert any("decode of more than 40 ids" in text for _, text in groups), groups
+
+        select(browser, "f-outcome", "fail")
+        browser.js("document.getElementById('browser').scrollIntoView()")
+        shot = browser.screenshot(tmp_path / "case-browser.png")
+        assert shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+    finally:
+        browser.close()
