@@ -63,10 +63,12 @@ class Diagnosis:
         scope = f"{len(self.records)} of {self.failing} failing {self.stage} cases of {self.model}"
         if self.examined < self.failing:
             scope += f" ({self.examined} put to the engine again)"
-        return (
-            f"{scope} equal the GGUF pipeline's answer (the oracle, which agrees with the references) "
-            f"when it {self.cause}"
+        oracle = (
+            "the oracle's rendering (which agrees with transformers)"
+            if self.stage == "render"
+            else "the GGUF pipeline's answer (the oracle, which agrees with the references)"
         )
+        return f"{scope} equal {oracle} when it {self.cause}"
 
 
 @dataclass
