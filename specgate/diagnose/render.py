@@ -4,7 +4,8 @@ A deviation is a setting of one *knob* of transformers' environment (``oracle.te
 or of what the template is handed: ``tojson`` escaping HTML characters or all non-ASCII,
 ``trim_blocks``/``lstrip_blocks`` off, booleans printed as JavaScript does, ``strip``'s
 argument ignored, the generation prompt dropped, reasoning stripped before the template
-sees it. ``answer`` renders in a ``DeviatedSandbox`` — the oracle's own sandbox
+sees it — or the default system prompt left out (a post-process: the defect is the block's
+absence). ``answer`` renders in a ``DeviatedSandbox`` — the oracle's own sandbox
 (``oracle.template_sandbox``) with the knobs set — so the oracle itself is untouched
 and, with no knobs, the answer is the oracle's. Inputs are the gate's own:
 ``{"messages", "add_generation_prompt", "kwargs"}`` through the model's template, or
@@ -95,8 +96,20 @@ class ModelTemplate:
 
     source: str | None
     special_tokens: dict[str, str]
+    _default_system: str | None = None
     _compiled: dict[tuple[tuple[str, Any], ...], dict[str, jinja2.Template]] = field(default_factory=dict)
     _envs: dict[tuple[tuple[str, Any], ...], DeviatedSandbox] = field(default_factory=dict)
+
+    def default_system(self) -> str:
+        """The block the template renders in front of a conversation that has no system
+        message (Qwen2.5's "You are Qwen, …"): what precedes the first user turn's
+        ``<|im_start|>`` when a lone user message is rendered; "" when there is none."""
+        if self._default_system is None:
+            context = template_context([{"role": "user", "content": "\x00"}], False, self.special_tokens)
+            out = self.render(self.source or "", context, {})
+            at = out.find("<|im_start|>user") if isinstance(out, str) else -1
+            self._default_system = out[:at] if at > 0 else ""
+        return self._default_system
 
     def render(self, source: str, context: dict[str, Any], knobs: Mapping[str, Any]) -> Any:
         key = tuple(sorted((k, v) for k, v in knobs.items() if k in ENV_KNOBS))
@@ -141,14 +154,30 @@ def answer(stage: str, m: ModelTemplate, inp: Mapping[str, Any], knobs: Mapping[
         context = template_context(messages, generation, m.special_tokens, **inp.get("kwargs", {}))
     except (TypeError, ValueError):
         return REFUSED
-    return m.render(m.source, context, knobs)
+    out = m.render(m.source, context, knobs)
+    if knobs.get("no_default_system") and isinstance(out, str) and _default_system_shows(m, inp):
+        out = _without_default_system(m, out)  # the defect is the block's absence: nothing else changes
+    return out
+
+
+def _default_system_shows(m: ModelTemplate, inp: Mapping[str, Any]) -> bool:
+    messages, kwargs = inp["messages"], inp.get("kwargs", {})
+    first = messages[0] if messages and isinstance(messages[0], Mapping) else {}
+    return bool(m.default_system()) and first.get("role") != "system" and not kwargs.get("tools")
+
+
+def _without_default_system(m: ModelTemplate, out: str) -> str:
+    block = m.default_system()
+    return out[len(block) :] if out.startswith(block) else out
 
 
 def applies(stage: str, m: ModelTemplate, inp: Mapping[str, Any], knobs: Mapping[str, Any]) -> bool:
     """Whether the deviation can show on this input at all: what a template is handed
     exists only for conversations, and a dropped generation prompt needs one asked for."""
-    conversation_only = ("no_generation_prompt", "reasoning_stripped")
+    conversation_only = ("no_generation_prompt", "reasoning_stripped", "no_default_system")
     if "template" in inp and any(knobs.get(k) for k in conversation_only):
+        return False
+    if knobs.get("no_default_system") and ("template" in inp or not _default_system_shows(m, inp)):
         return False
     return not (knobs.get("no_generation_prompt") and not inp.get("add_generation_prompt"))
 
@@ -186,6 +215,11 @@ CATALOGUE: tuple[Hypothesis, ...] = (
         "no_generation_prompt", "render",
         "ignores add_generation_prompt: the assistant header is missing",
         no_generation_prompt=True,
+    ),
+    *_h(
+        "no_default_system", "render",
+        "leaves out the template's default system prompt where a conversation has no system message",
+        no_default_system=True,
     ),
     *_h(
         "reasoning_stripped", "render",

@@ -15,7 +15,10 @@ pytestmark = pytest.mark.slow  # ~5 s of CPU, 20 s and more on the loaded machin
 
 def _cases() -> list[tuple[render.ModelTemplate, dict, str | None]]:
     out = []
-    for model in (corpus.constructs_model(), models.model_ref("qwen3-vocab")):
+    for model in (
+        corpus.constructs_model(),
+        *map(models.model_ref, ("qwen3-vocab", "qwen2.5-coder-0.5b-instruct")),
+    ):
         constructs = model.id == corpus.CONSTRUCTS_MODEL_ID
         m = render.reference(model)
         snapshot = snapshots.load(model, "render_template" if constructs else "render")

@@ -23,7 +23,8 @@ CAUSE = {h.name: h.cause for h in CATALOGUE}
 
 pytestmark = pytest.mark.slow
 
-#: planted defects, the diagnoses that must name them, the ones that must not appear
+#: planted defects, the diagnoses that must name them, the ones that must not appear (and the
+#: template model gated, qwen3-vocab unless given: Qwen3's template has no default system prompt)
 PLANTED = [
     ("tojson_html,no_gen", {"tojson_html_escaped", "no_generation_prompt"}, {"tojson_ascii"}),
     ("tojson_ascii,js_booleans", {"tojson_ascii", "js_booleans"}, {"tojson_html_escaped"}),
@@ -32,19 +33,27 @@ PLANTED = [
     ("lstrip_off,no_gen", {"no_generation_prompt"}, {"blocks_untrimmed"}),
     ("strip_args", {"strip_args_ignored"}, {"reasoning_stripped"}),
     ("reasoning_strip", {"reasoning_stripped"}, {"strip_args_ignored"}),
+    ("no_default_system", {"no_default_system"}, set(), "qwen2.5-coder-0.5b-instruct"),
+    # the look-alike: an empty system message where the default one belongs (beside a bug of
+    # the construct templates: a defect meeting it in one case would rightly not be diagnosed)
+    ("empty_system,js_booleans", {"js_booleans"}, {"no_default_system"}, "qwen2.5-coder-0.5b-instruct"),
 ]
 
 
 def test_every_render_hypothesis_of_the_catalogue_is_planted_here() -> None:
-    assert {name for _, named, _ in PLANTED for name in named} == set(CAUSE)
+    assert {name for _, named, *_ in PLANTED for name in named} == set(CAUSE)
 
 
-@pytest.mark.parametrize(("defects", "named", "not_named"), PLANTED, ids=[p[0] for p in PLANTED])
+@pytest.mark.parametrize(
+    ("defects", "named", "not_named", "model"),
+    [(*p, MODEL)[:4] for p in PLANTED],
+    ids=[p[0] for p in PLANTED],
+)
 def test_a_planted_render_bug_is_diagnosed_by_name(
-    tmp_path: Path, defects: str, named: set[str], not_named: set[str]
+    tmp_path: Path, defects: str, named: set[str], not_named: set[str], model: str
 ) -> None:
     run = run_parity(
-        tmp_path, script_impl(ENGINE, f"--defects={defects}"), "render", MODEL,
+        tmp_path, script_impl(ENGINE, f"--defects={defects}"), "render", model,
         "--shrink-budget", "0", "--diagnose-budget", "600",
     )  # fmt: skip
     assert run.status == 1, run.output[-3000:]

@@ -79,6 +79,25 @@ def generation_prompt_ignored() -> None:
     )
 
 
+def first_system(change) -> None:
+    """Where a conversation without tools has no system message first, ``change`` renders it."""
+    render = template.ChatTemplate.render
+
+    def rendering(self, messages, add_generation_prompt=False, **kw):
+        if kw.get("tools") or not messages or messages[0].get("role") == "system":
+            return render(self, messages, add_generation_prompt, **kw)
+        return change(lambda ms: render(self, ms, add_generation_prompt, **kw), messages)
+
+    template.ChatTemplate.render = rendering
+
+
+def without_default_system(render, messages):
+    """A placeholder system message rendered, then its block cut out."""
+    out = render([{"role": "system", "content": "\x01"}, *messages])
+    block = "<|im_start|>system\n\x01<|im_end|>\n"
+    return out.replace(block, "", 1)
+
+
 def reasoning_trimmed() -> None:
     prepare = template.prepare_messages
 
@@ -101,6 +120,9 @@ DEFECTS = {
     "strip_args": strip_arguments_dropped,
     "no_gen": generation_prompt_ignored,
     "reasoning_strip": reasoning_trimmed,
+    "no_default_system": lambda: first_system(without_default_system),
+    # a look-alike of no_default_system: an empty system message in its place
+    "empty_system": lambda: first_system(lambda render, ms: render([{"role": "system", "content": ""}, *ms])),
 }
 
 if __name__ == "__main__":
