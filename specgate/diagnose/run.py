@@ -21,13 +21,21 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
-from specgate.diagnose import tokenizer
+from specgate.diagnose import render, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis
 
-#: Stages with a catalogue.
-STAGES = ("split", "encode", "decode")
+#: The catalogue of each stage: a module with ``for_stage``, ``reference`` (the oracle's
+#: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine).
+CATALOGUES: dict[str, ModuleType] = {
+    "split": tokenizer,
+    "encode": tokenizer,
+    "decode": tokenizer,
+    "render": render,
+}
+STAGES = tuple(CATALOGUES)
 MAX_CASES_PER_ROW = 200  # failing cases of one (stage, model) put to the engine again
 MAX_UNANSWERED = 3  # consecutive cases the engine does not answer before the row is left
 DEFAULT_BUDGET = 60.0  # seconds of diagnosing per run (an engine call already started finishes)
@@ -55,10 +63,12 @@ class Diagnosis:
         scope = f"{len(self.records)} of {self.failing} failing {self.stage} cases of {self.model}"
         if self.examined < self.failing:
             scope += f" ({self.examined} put to the engine again)"
-        return (
-            f"{scope} equal the GGUF pipeline's answer (the oracle, which agrees with the references) "
-            f"when it {self.cause}"
+        oracle = (
+            "the oracle's rendering (which agrees with transformers)"
+            if self.stage == "render"
+            else "the GGUF pipeline's answer (the oracle, which agrees with the references)"
         )
+        return f"{scope} equal {oracle} when it {self.cause}"
 
 
 @dataclass
@@ -77,15 +87,6 @@ class Diagnoser:
     budget: float = DEFAULT_BUDGET
     clock: Callable[[], float] = time.monotonic
     notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
-
-    def engine_answer(self, stage: str, model: Any, inp: dict[str, Any]) -> Any:
-        from specgate.gate import call
-
-        if stage == "split":
-            return list(call(self.engine, "split", model, inp["text"]))
-        if stage == "encode":
-            return list(call(self.engine, "encode", model, inp["text"], inp["parse_special"]))
-        return bytes(call(self.engine, "decode", model, inp["ids"]))
 
     def diagnose(self, records: Sequence[Any]) -> list[Diagnosis]:
         """The diagnoses of the failing records, largest first."""
@@ -115,8 +116,9 @@ class Diagnoser:
         return sorted(found, key=lambda d: (-len(d.records), d.stage, d.model, d.name))
 
     def _row(self, stage: str, model_id: str, row: list[Any], deadline: float) -> list[Diagnosis]:
+        catalogue = CATALOGUES[stage]
         model = self.model_for(model_id)
-        m = tokenizer.model_tokenizer(model.gguf)
+        m = catalogue.reference(model)
         failing_records = [r for r in row if r.outcome == "fail"]
         failing, unanswered = [], 0
         for record in failing_records[:MAX_CASES_PER_ROW]:
@@ -126,19 +128,19 @@ class Diagnoser:
             if inp is None:
                 continue
             try:
-                got = self.engine_answer(stage, model, inp)
+                got = catalogue.ask(self.engine, stage, model, inp)
             except Exception:  # refusals, errors, crashes: nothing to explain
                 unanswered += 1
                 continue
             unanswered = 0
-            failing.append(_Case(record, inp, tokenizer.answer(stage, m, inp, {}), got))
-        hyps = tokenizer.for_stage(stage)
+            failing.append(_Case(record, inp, catalogue.answer(stage, m, inp, {}), got))
+        hyps = catalogue.for_stage(stage)
 
         def deviated(case: _Case, *hs: Hypothesis) -> Any:
             knobs = {k: v for h in hs for k, v in h.knobs}
-            if not all(tokenizer.applies(stage, m, case.inp, dict(h.knobs)) for h in hs):
+            if not all(catalogue.applies(stage, m, case.inp, dict(h.knobs)) for h in hs):
                 return case.truth
-            return tokenizer.answer(stage, m, case.inp, knobs)
+            return catalogue.answer(stage, m, case.inp, knobs)
 
         alone = {
             h: {c.record.nodeid for c in failing if (a := deviated(c, h)) != c.truth and a == c.got}
@@ -163,21 +165,21 @@ class Diagnoser:
             shows = [c for c in failing if deviated(c, h) != c.truth]
             if any(c.record.nodeid not in accounted for c in shows):
                 continue
-            if self._shows_on_a_passing_case(stage, m, h, passing, deadline):
+            if self._shows_on_a_passing_case(catalogue, stage, m, h, passing, deadline):
                 continue
             diagnosed.append(h)
         return _groups(stage, model_id, diagnosed, alone, pairs, len(failing), len(failing_records), failing)
 
     def _shows_on_a_passing_case(
-        self, stage: str, m: tokenizer.ModelTokenizer, h: Hypothesis, passing: list[_Case], deadline: float
+        self, catalogue: ModuleType, stage: str, m: Any, h: Hypothesis, passing: list[_Case], deadline: float
     ) -> bool:
         for case in passing:
             if self.clock() > deadline:
                 return True  # not shown innocent: no diagnosis rather than a guess
             if case.truth is None:
-                case.truth = tokenizer.answer(stage, m, case.inp, {})
-            if tokenizer.applies(stage, m, case.inp, dict(h.knobs)) and (
-                tokenizer.answer(stage, m, case.inp, dict(h.knobs)) != case.truth
+                case.truth = catalogue.answer(stage, m, case.inp, {})
+            if catalogue.applies(stage, m, case.inp, dict(h.knobs)) and (
+                catalogue.answer(stage, m, case.inp, dict(h.knobs)) != case.truth
             ):
                 return True
         return False

@@ -180,6 +180,22 @@ def for_stage(stage: str) -> list[Hypothesis]:
     return [h for h in CATALOGUE if h.stage == stage]
 
 
+def reference(model: Any) -> ModelTokenizer:
+    """The oracle's tokenizer of ``model``."""
+    return model_tokenizer(model.gguf)
+
+
+def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Any:
+    """The engine's answer to ``inp`` (an exception where it refuses)."""
+    from specgate.gate import call
+
+    if stage == "split":
+        return list(call(engine, "split", model, inp["text"]))
+    if stage == "encode":
+        return list(call(engine, "encode", model, inp["text"], inp["parse_special"]))
+    return bytes(call(engine, "decode", model, inp["ids"]))
+
+
 def model_tokenizer(gguf_path: Any) -> ModelTokenizer:
     from oracle.dispatch import dispatch
     from oracle.gguf import open_gguf
