@@ -26,6 +26,7 @@ from typing import Any
 
 from specgate.diagnose import render, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis
+from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 
 #: The catalogue of each stage: a module with ``for_stage``, ``reference`` (the oracle's
 #: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine).
@@ -36,6 +37,8 @@ CATALOGUES: dict[str, ModuleType] = {
     "render": render,
 }
 STAGES = tuple(CATALOGUES)
+#: What asking the engine raises besides errors: the gate's outcomes (refused, n/a, disagreement).
+GATE_OUTCOMES = (Refused, NotApplicable, ReferenceDisagreement)
 MAX_CASES_PER_ROW = 200  # failing cases of one (stage, model) put to the engine again
 MAX_UNANSWERED = 3  # consecutive cases the engine does not answer before the row is left
 DEFAULT_BUDGET = 60.0  # seconds of diagnosing per run (an engine call already started finishes)
@@ -129,7 +132,7 @@ class Diagnoser:
                 continue
             try:
                 got = catalogue.ask(self.engine, stage, model, inp)
-            except Exception:  # refusals, errors, crashes: nothing to explain
+            except (Exception, *GATE_OUTCOMES):  # refusals, errors, crashes: nothing to explain
                 unanswered += 1
                 continue
             unanswered = 0
