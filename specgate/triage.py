@@ -153,6 +153,7 @@ class Group:
             "reproducer_file": self.reproducer_path,
             "reproducer": self.reproducer,
             "shrink_note": self.shrink_note,
+            "divergence_signature": self.divergence_signature,  # what its reproducer still shows
             "diagnosis": self.diagnosis,
             "evidence": self.evidence,
         }

@@ -183,7 +183,8 @@ def check_triage(mutant: Mutant, report: dict, impl: str) -> None:
         # a check started before the deadline may finish: one engine call, at most the cmd
         # client's request deadline (SPECGATE_CMD_TIMEOUT, 60 s) — not a quiet machine's timing
         assert shrunk["seconds"] <= GROUP_BUDGET + 60, shrunk
-        assert repro["signature"] == group["signature"] and repro["outcome"] == group["outcome"]
+        # a diagnosed group is named by its cause; its reproducer keeps the divergence's signature
+        assert repro["signature"] == group["divergence_signature"] and repro["outcome"] == group["outcome"]
     replayable = [g for g in groups if g["reproducer"] is not None]
     if replayable:
         path = replayable[0]["reproducer_file"]
