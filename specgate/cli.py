@@ -10,6 +10,7 @@ specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines o
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
 specgate report diff OLD NEW     what changed between two runs' JSON reports (exit 1 if something newly fails)
+specgate report summary MD...  print Markdown reports with their PNGs embedded (for $GITHUB_STEP_SUMMARY)
 specgate search --impl NAME      differential search beyond the corpus [--stages --models --budget --seed]
 """
 
@@ -160,14 +161,20 @@ def _repro(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON report;
-    ``report diff``: two runs compared."""
+    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON/HTML/JUnit
+    XML report (and the PNG with the ``report`` extra); ``report diff``: two runs compared;
+    ``report summary``: Markdown reports with their pictures embedded."""
     from pathlib import Path
 
-    from specgate import report
+    from specgate import report, report_junit, report_summary
 
     if args.action == "diff":
         return _report_diff(args)
+
+    if args.action == "summary":
+        for name in args.files:
+            print(report_summary.embedded(Path(name)))
+        return 0
 
     try:
         merged = report.merge([Path(p) for p in args.files])
@@ -178,7 +185,8 @@ def _report(args: argparse.Namespace) -> int:
     print(report.matrix_text(merged.records))
     for problem in merged.verdict:
         print(f"specgate: RUN FAILS — {problem}")
-    for path in report.write_reports(merged, args.out):
+    junit = Path(args.out) / f"{report.report_stem(merged.impl)}.xml"
+    for path in [*report.write_reports(merged, args.out), report_junit.write(merged.records, junit)]:
         print(f"report: {path}")
     return 1 if merged.verdict or any(r.outcome in ("fail", "error") for r in merged.records) else 0
 
@@ -221,8 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--impl", required=True)
     r.set_defaults(func=_repro)
     rp = sub.add_parser("report", help="parity reports")
-    rp.add_argument("action", choices=["merge", "diff"])
-    rp.add_argument("files", nargs="+", help="merge: the shards' JSON reports; diff: OLD.json NEW.json")
+    rp.add_argument("action", choices=["merge", "diff", "summary"])
+    rp.add_argument(
+        "files",
+        nargs="+",
+        help="merge: the shards' JSON reports (parity-*-shard-I-of-N.json); diff: OLD.json NEW.json; "
+        "summary: Markdown reports to print with their PNG pictures embedded as data: URIs "
+        "(for $GITHUB_STEP_SUMMARY)",
+    )
     rp.add_argument("--out", default="reports", help="where the merged report is written")
     rp.add_argument("--markdown", help="diff: also write the summary to this file (a pull-request comment)")
     rp.set_defaults(func=_report)

@@ -79,12 +79,15 @@ class Comparison:
     top1_agree: float  # fraction of positions where the top tokens agree
     near_ties: int  # disagreements excused as near ties
     disagreements: list[dict[str, Any]]  # the unexcused ones: position, tokens, logits
+    unnamed_top1: int = 0  # positions whose top-1 the engine left unnamed (``specgate.logit_named``)
 
     @property
     def top1_agree_ties_excused(self) -> float:
         """The top-1 agreement a verdict judges: near ties (reference margin below the
-        class's tie margin) count as agreeing."""
-        return 1.0 - len(self.disagreements) / self.positions if self.positions else 1.0
+        class's tie margin) count as agreeing; positions whose top-1 the engine left
+        unnamed are not judged (``specgate.logit_named``)."""
+        judged = self.positions - self.unnamed_top1
+        return 1.0 - len(self.disagreements) / judged if judged > 0 else 1.0
 
     def metrics(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if isinstance(v, float)}

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from impl.bounds import check_top_k
+from impl.named_logprobs import NamedLogprobs
 from impl.protocol import EngineError, ModelRef
 
 PROTOCOL = "specgate-jsonl/1"
@@ -123,11 +124,13 @@ def top_k_logits(logits: np.ndarray, k: int) -> dict[str, Any]:
     return {"n_vocab": int(x.shape[1]), "ids": ids, "logits": np.take_along_axis(x, ids, axis=1), "lse": lse}
 
 
-def expand_top_k(answer: dict[str, Any], n_vocab: int | None = None) -> np.ndarray:
+def expand_top_k(answer: dict[str, Any], n_vocab: int | None = None) -> np.ndarray | NamedLogprobs:
     """A ``[n, n_vocab]`` float32 array from a ``top_k`` answer: the top-k logits
     exactly; every other id gets the same value, chosen so that the row's
     log-sum-exp equals the engine's. Softmax, top-1 and the log-probs of the top-k
-    are therefore the engine's own; the tail is its mass spread evenly.
+    are therefore the engine's own; the tail is its mass spread evenly. An answer
+    with ``unnamed`` (the engine could not name every candidate; ids of -1 are empty
+    slots) is kept as it is: ``NamedLogprobs``, the rest an unnamed remainder.
 
     The declared ``n_vocab`` is checked (against the model's ``n_vocab`` when given,
     and against ``impl.bounds``) before anything of that size is allocated."""
@@ -147,8 +150,10 @@ def expand_top_k(answer: dict[str, Any], n_vocab: int | None = None) -> np.ndarr
         raise WireError(
             f"bad top_k logits answer: shapes ids {ids.shape}, logits {values.shape}, lse {lse.shape}"
         )
-    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+    if ids.size and (ids.min() < (-1 if answer.get("unnamed") else 0) or ids.max() >= n_vocab):
         raise WireError(f"top_k ids outside the vocabulary of {n_vocab}")
+    if answer.get("unnamed"):  # the engine named only these: no claim about the rest
+        return NamedLogprobs(n_vocab, ids, values - lse[:, None], str(answer["unnamed"]))
     k = ids.shape[1]
     if k > n_vocab:
         raise WireError(f"top_k has {k} candidates per row, more than n_vocab {n_vocab}")
