@@ -69,16 +69,17 @@ class PointDiff:
     def ok(self) -> bool:
         return self.shape_problem is None and self.rel <= self.tol
 
-    def describe(self) -> str:
+    def describe(self, layer: str = "") -> str:
+        """``Kcur-0 (layer 0), positions 1–7, heads 0–1, dims 0–15; relative error 0.83 vs tol 1e-4 (max |Δ| 2.1)``."""
         if self.shape_problem:
-            return f"{self.point}: {self.shape_problem}"
+            return f"{self.point}{layer}: {self.shape_problem}"
         where = [f"positions {ranges(self.positions)}"]
         if self.heads:
             where.append(f"heads {ranges(self.heads)}")
         if self.dims:
             where.append(f"dims {ranges(self.dims)}")
         return (
-            f"{self.point}: {', '.join(where)}; relative error {self.rel:.3g} vs tol {self.tol:g} "
+            f"{self.point}{layer}, {', '.join(where)}; relative error {self.rel:.3g} vs tol {self.tol:g} "
             f"(max |Δ| {self.max_abs:.3g})"
         )
 
@@ -157,13 +158,13 @@ class Verdict:
     requests: int
     skipped: list[str]  # kinds the engine does not offer
 
-    def message(self, label: str) -> str:
+    def message(self) -> str:
         if self.diverged is None:
-            return f"{label}: every point matches ({', '.join(self.matched)}; {self.requests} requests)"
+            return f"every point matches ({', '.join(self.matched)}; {self.requests} requests)"
         d = self.diverged
         layer = f" (layer {self.layer})" if self.layer is not None else ""
         lines = [
-            f"{label}: first divergence at {d.describe().replace(': ', f'{layer}: ', 1)}",
+            f"first divergence at {d.describe(layer)}",
             f"matching before it: {', '.join(self.matched) or 'nothing was compared before it'}",
         ]
         if self.also:
