@@ -6,54 +6,87 @@ q/k norms with a ``head_dim`` different from ``n_embd / n_head``, tied embedding
 and the real 151,936-row Qwen vocabulary (the tokenizer is copied from the real
 Qwen2.5 GGUF, so prompts tokenize exactly as they do for a real model).
 
-Each family is built with transformers (``Qwen2Config`` / ``Qwen3Config`` and
-``from_config``), its weights drawn from a fixed-seed numpy generator — scaled so
-that attention is far from uniform and the logits have a clear top-1, which a
-default 0.02-std initialisation would not give — saved as an HF checkpoint, then
-exported by ``specgate.convert`` to F32/F16/BF16 and quantized with llama.cpp.
+A tiny model is a pure function of its family spec (``specgate.tiny_specs``) and type,
+written with numpy and gguf-py alone — no torch, no llama.cpp — in seconds, and
+byte-identical on every machine (the snapshots record its sha256):
 
-The K quants need rows that are a multiple of 256 values; with hidden sizes of
-64-128 only tensors whose input dimension is ``n_ff`` (ffn_down) or
-``n_head * head_dim`` = 256 (attn_output, qwen3) qualify, and llama.cpp falls back
-to a legacy type for the rest. ``tensor_types.json`` beside each GGUF records
-which tensor got which type.
+1. ``weights(spec)``: float32 weights drawn from ``numpy.random.default_rng(spec.seed)``
+   (PCG64; numpy is locked, so the stream is too), in a fixed order, scaled so that
+   attention is far from uniform and the logits have a clear top-1, which a default
+   0.02-std initialisation would not give. 1-D gains are uniform in [0.5, 1.5).
+2. ``write_gguf``: the GGUF header (Qwen2/Qwen3 hparams), the tokenizer keys of the
+   vocabulary source, then every tensor in llama.cpp's order (embedding, layers, norm,
+   head), each quantized by ``specgate.tiny_quants``: 1-D tensors stay F32; gguf-py's
+   quantizers for F16/BF16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, the project's numpy ones for
+   Q4_K/Q5_K/Q6_K.
+
+The K quants need rows that are a multiple of 256 values; with hidden sizes of 64-128
+only tensors whose input dimension is ``n_ff`` (ffn_down) or ``n_head * head_dim`` = 256
+(attn_output, qwen3) qualify, and the rest get the legacy type llama.cpp's quantizer
+falls back to (``tiny_quants.K_FALLBACK``). ``tensor_types.json`` beside each GGUF
+records which tensor got which type.
+
+Until 2026-12 the weights went through transformers (an HF checkpoint) and the quantized
+types through llama.cpp's ``llama_model_quantize``; the weights are the same draws, but
+the quantized blocks now come from the numpy quantizers, so those files (and their
+snapshots) changed once.
 
 Model ids: ``tiny-<family>-<type>``, e.g. ``tiny-qwen2-q4_k``, ``tiny-qwen2-tied-f32``.
 Generation is idempotent: existing files are kept, unless they no longer hash to the
-sha256 recorded beside them when they were written — those are generated again.
+sha256 recorded beside them when they were written, or were written by another
+generator (``GENERATOR``, recorded beside them) — those are generated again.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from gguf import GGUFWriter
+from gguf.constants import GGML_QUANT_VERSION, LlamaFileType
 
 from specgate import convert
 from specgate import models as model_cache
+from specgate.tiny_quants import quantize, tensor_type
 from specgate.tiny_specs import FAMILIES, N_VOCAB, TYPES, VOCAB_SOURCE, TinySpec, model_ids, parse_id
 
 __all__ = [
     "FAMILIES",
+    "GENERATOR",
     "N_VOCAB",
     "TYPES",
     "VOCAB_SOURCE",
     "TinySpec",
+    "generate",
     "generate_all",
     "gguf_path",
     "model_ids",
     "parse_id",
+    "weights",
+    "write_gguf",
 ]
+
+#: Names the generator; recorded beside every file it writes. Change it whenever a
+#: change here changes the bytes written, so that caches regenerate their tiny models.
+GENERATOR = "specgate.tiny numpy+gguf v1"
+
+FILE_TYPES = {
+    "f32": LlamaFileType.ALL_F32, "f16": LlamaFileType.MOSTLY_F16, "bf16": LlamaFileType.MOSTLY_BF16,
+    "q8_0": LlamaFileType.MOSTLY_Q8_0, "q4_0": LlamaFileType.MOSTLY_Q4_0, "q4_1": LlamaFileType.MOSTLY_Q4_1,
+    "q5_0": LlamaFileType.MOSTLY_Q5_0, "q5_1": LlamaFileType.MOSTLY_Q5_1, "q4_k": LlamaFileType.MOSTLY_Q4_K_S,
+    "q5_k": LlamaFileType.MOSTLY_Q5_K_S, "q6_k": LlamaFileType.MOSTLY_Q6_K,
+}  # fmt: skip
+BOS_ID, EOS_ID = 151643, 151645
 
 
 def gguf_path(model_id: str) -> Path:
     return model_cache.tiny_gguf(model_id)
 
 
-def _weights(spec: TinySpec) -> dict[str, np.ndarray]:
-    """HF-named float32 weights from a fixed-seed generator (see the module docstring)."""
+def weights(spec: TinySpec) -> dict[str, np.ndarray]:
+    """HF-named float32 weights, drawn in this order from ``default_rng(spec.seed)``."""
     rng = np.random.default_rng(spec.seed)
 
     def normal(shape: tuple[int, ...], std: float) -> np.ndarray:
@@ -89,51 +122,81 @@ def _weights(spec: TinySpec) -> dict[str, np.ndarray]:
     return out
 
 
-def build_checkpoint(spec: TinySpec, folder: Path) -> Path:
-    """Create the model with transformers from its config, load the seeded weights, save it."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+def write_gguf(
+    spec: TinySpec, kind: str, tensors: dict[str, np.ndarray], tokenizer: list[Any], out: Path, name: str
+) -> dict[str, str]:
+    """Write one tiny GGUF of type ``kind``; return tensor name -> ggml type name."""
+    w = GGUFWriter(str(out), spec.arch)
+    w.add_name(name)
+    w.add_file_type(int(FILE_TYPES[kind]))
+    if kind not in ("f32", "f16", "bf16"):
+        w.add_quantization_version(GGML_QUANT_VERSION)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(spec.n_embd)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_block_count(spec.n_layer)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_key_length(spec.head_dim)
+    w.add_value_length(spec.head_dim)
+    w.add_rope_freq_base(float(spec.rope_base))
+    w.add_layer_norm_rms_eps(float(spec.rms_eps))
+    convert.add_tokenizer(w, tokenizer)
+    types = {}
+    for hf_name in sorted(tensors, key=convert.tensor_order):
+        data, gguf_name = tensors[hf_name], convert.gguf_name(hf_name)
+        qtype = tensor_type(kind, data.shape)
+        packed = quantize(data, qtype)
+        if packed.dtype == np.uint8:
+            w.add_tensor(gguf_name, packed, raw_shape=packed.shape, raw_dtype=qtype)
+        else:
+            w.add_tensor(gguf_name, packed)
+        types[gguf_name] = qtype.name
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return types
 
-    config_cls = Qwen2Config if spec.arch == "qwen2" else Qwen3Config
-    config = config_cls(
-        vocab_size=N_VOCAB, hidden_size=spec.n_embd, intermediate_size=spec.n_ff,
-        num_hidden_layers=spec.n_layer, num_attention_heads=spec.n_head, num_key_value_heads=spec.n_head_kv,
-        head_dim=spec.head_dim, max_position_embeddings=spec.n_ctx, rms_norm_eps=spec.rms_eps,
-        rope_theta=spec.rope_base, tie_word_embeddings=spec.tied, bos_token_id=151643, eos_token_id=151645,
-    )  # fmt: skip
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    state = {k: torch.from_numpy(v) for k, v in _weights(spec).items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not (spec.tied and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise RuntimeError(
-            f"tiny {spec.arch}: weights do not match the transformers model: {missing} {unexpected}"
-        )
-    model.save_pretrained(folder)
-    return folder
+
+def generate(
+    model_id: str,
+    out: Path,
+    vocab_gguf: Path,
+    tokenizer: list[Any] | None = None,
+    drawn: dict[str, dict[str, np.ndarray]] | None = None,
+) -> dict[str, str]:
+    """Write the tiny model ``model_id`` to ``out`` (any path); return its tensor types.
+    ``tokenizer`` (the vocabulary's keys) and ``drawn`` (family -> weights) let a caller
+    writing several models read and draw each once."""
+    parsed = parse_id(model_id)
+    if parsed is None:
+        raise ValueError(f"{model_id!r} is not a tiny model id (e.g. tiny-qwen2-f32)")
+    family, kind = parsed
+    spec = FAMILIES[family]
+    tokenizer = convert.tokenizer_keys(vocab_gguf) if tokenizer is None else tokenizer
+    drawn = {} if drawn is None else drawn
+    if family not in drawn:
+        drawn.clear()  # one family's weights at a time
+        drawn[family] = weights(spec)
+    return write_gguf(spec, kind, drawn[family], tokenizer, out, model_id)
 
 
-def tensor_types(path: Path) -> dict[str, str]:
-    """Tensor name -> ggml type name."""
-    from oracle.gguf import open_gguf
-
-    return {name: info.type_name for name, info in open_gguf(path, header_only=True).tensors.items()}
-
-
-def _finish(model_id: str, tmp: Path) -> None:
-    """Move a freshly written GGUF into place with its sha256 and tensor-type sidecars, and
-    stamp it verified (so serving it does not hash it again)."""
-    target = gguf_path(model_id)
-    (target.parent / "tensor_types.json").write_text(json.dumps(tensor_types(tmp), indent=1) + "\n")
-    digest = model_cache.sha256_file(tmp)
-    target.with_name(target.name + ".sha256").write_text(digest + "\n")
-    tmp.replace(target)
-    model_cache.record_verified(target, digest)
+def _generator_path(target: Path) -> Path:
+    return target.with_name(target.name + ".generator")
 
 
 def _intact(model_id: str) -> bool:
-    """Generated, and still hashing to the sha256 recorded when it was written."""
-    if not gguf_path(model_id).exists():
+    """Generated by this generator, and still hashing to the sha256 recorded when it was written."""
+    target = gguf_path(model_id)
+    if not target.exists():
+        return False
+    try:
+        written_by = _generator_path(target).read_text().strip()
+    except OSError:
+        written_by = "an older generator (transformers + llama.cpp)"
+    if written_by != GENERATOR:
+        print(f"tiny: {target} was written by {written_by}, not {GENERATOR}; generating it again")
         return False
     try:
         model_cache.verify_tiny(model_id)
@@ -145,44 +208,34 @@ def _intact(model_id: str) -> bool:
     return True
 
 
-def generate_family(family: str, vocab_gguf: Path, log: bool = True) -> list[str]:
-    """Every type of one family; returns the ids written (existing ones are skipped)."""
-    spec = FAMILIES[family]
-    todo = [t for t in spec.types if not _intact(f"tiny-{family}-{t}")]
-    if not todo:
-        return []
-    work = model_cache.cache_dir() / "tiny-build" / family
-    work.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / "hf"
-    if not (checkpoint / "model.safetensors").exists():
-        build_checkpoint(spec, checkpoint)
-    f32 = work / f"tiny-{family}-f32.gguf"
-    if not f32.exists():
-        convert.hf_to_gguf(checkpoint, work / "f32.tmp", "f32", vocab_gguf, f"tiny-{family}")
-        (work / "f32.tmp").replace(f32)
-    written = []
-    for kind in todo:
-        model_id = f"tiny-{family}-{kind}"
-        gguf_path(model_id).parent.mkdir(parents=True, exist_ok=True)
-        tmp = gguf_path(model_id).with_suffix(".tmp")
-        if kind in convert.FLOAT_TYPES:
-            convert.hf_to_gguf(checkpoint, tmp, kind, vocab_gguf, model_id)
-        else:
-            convert.quantize(f32, tmp, kind)
-        _finish(model_id, tmp)
-        written.append(model_id)
-        if log:
-            print(f"tiny: wrote {gguf_path(model_id)}", flush=True)
-    return written
+def _write_into_cache(
+    model_id: str, vocab_gguf: Path, tokenizer: list[Any], drawn: dict[str, dict[str, np.ndarray]]
+) -> None:
+    """Write a model under a temporary name, its sidecars (tensor types, generator, sha256),
+    then rename it into place and stamp it verified (so serving it does not hash it again)."""
+    target = gguf_path(model_id)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    types = generate(model_id, tmp, vocab_gguf, tokenizer, drawn)
+    (target.parent / "tensor_types.json").write_text(json.dumps(types, indent=1) + "\n")
+    _generator_path(target).write_text(GENERATOR + "\n")
+    digest = model_cache.sha256_file(tmp)
+    target.with_name(target.name + ".sha256").write_text(digest + "\n")
+    tmp.replace(target)
+    model_cache.record_verified(target, digest)
 
 
-def generate_all(vocab_gguf: Path | None = None) -> list[str]:
+def generate_all(vocab_gguf: Path | None = None, log: bool = True) -> list[str]:
     """``specgate models tiny``: generate whatever tiny model is missing from the cache."""
+    todo = [m for m in model_ids() if not _intact(m)]
+    if not todo:
+        print(f"tiny: all {len(model_ids())} tiny models already in {model_cache.cache_dir() / 'models'}")
+        return []
     if vocab_gguf is None:
         vocab_gguf = model_cache.model_ref(VOCAB_SOURCE).gguf
-    written = [m for family in FAMILIES for m in generate_family(family, Path(vocab_gguf))]
-    if not written:
-        print(f"tiny: all {len(model_ids())} tiny models already in {model_cache.cache_dir() / 'models'}")
-    if written:
-        shutil.rmtree(model_cache.cache_dir() / "tiny-build", ignore_errors=True)
-    return written
+    tokenizer, drawn = convert.tokenizer_keys(Path(vocab_gguf)), {}
+    for model_id in todo:
+        _write_into_cache(model_id, Path(vocab_gguf), tokenizer, drawn)
+        if log:
+            print(f"tiny: wrote {gguf_path(model_id)}", flush=True)
+    return todo
