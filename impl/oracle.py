@@ -134,7 +134,11 @@ class OracleEngine(Engine):
 
     # --- trace stage (the forward's named intermediates) ------------------------------
     def trace(
-        self, model: ModelRef, ids: Sequence[int], points: Sequence[str], positions: Sequence[int] | None = None
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """The asked points of one forward pass over ``ids`` from an empty KV cache."""
         from oracle.trace import Recorder

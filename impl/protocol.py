@@ -178,6 +178,10 @@ class Engine:
         raise NotImplementedError
 
     def trace(
-        self, model: ModelRef, ids: Sequence[int], points: Sequence[str], positions: Sequence[int] | None = None
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         raise NotImplementedError

@@ -58,7 +58,9 @@ def split_point(name: str) -> tuple[str, int | None]:
         return kind, int(layer)
     if name in FIRST_POINTS or name in LAST_POINTS:
         return name, None
-    raise ValueError(f"unknown trace point {name!r}; points: {', '.join(KINDS)} (per layer as <kind>-<layer>)")
+    raise ValueError(
+        f"unknown trace point {name!r}; points: {', '.join(KINDS)} (per layer as <kind>-<layer>)"
+    )
 
 
 def all_points(n_layer: int) -> list[str]:

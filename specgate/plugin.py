@@ -33,7 +33,8 @@ from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
 #: judged in two classes (see PROTOCOL.md, "Conformance classes").
-GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate", "trace")
+GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate",
+               "trace")  # fmt: skip
 CLASSED_STAGES = ("logits", "generate", "trace")
 CONFORMANCE_CLASSES = ("exact", "quantized")
 

@@ -66,7 +66,12 @@ def _ggml() -> ctypes.CDLL:
     base.ggml_nbytes.restype = ctypes.c_size_t
     base.ggml_nbytes.argtypes = [ctypes.c_void_p]
     base.ggml_backend_tensor_get.restype = None
-    base.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    base.ggml_backend_tensor_get.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+    ]
     return base
 
 
@@ -120,7 +125,9 @@ class Tap:
         # outermost used axis: [T, heads * head_dim] or [T, columns]
         out = np.array(view, dtype=np.float32)
         kind, _ = split_point(name)
-        n_tokens = ne[2] if kind in ("Qcur", "Kcur", "Vcur") else ne[1]  # [head_dim, heads, T] vs [columns, T]
+        n_tokens = (
+            ne[2] if kind in ("Qcur", "Kcur", "Vcur") else ne[1]
+        )  # [head_dim, heads, T] vs [columns, T]
         return out.reshape(n_tokens, -1)
 
     def run(self, llm: Any, ids: Sequence[int], points: Sequence[str]) -> dict[str, np.ndarray]:

@@ -37,7 +37,15 @@ import numpy as np
 
 from impl.envvars import env_count, env_seconds
 from impl.process import lifeline, pipes, schema, wire
-from impl.protocol import CAPABILITIES, CONFORMANCE_CLASSES, TRACE_KINDS, Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import (
+    CAPABILITIES,
+    CONFORMANCE_CLASSES,
+    TRACE_KINDS,
+    Engine,
+    EngineError,
+    ModelRef,
+    Unsupported,
+)
 
 STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message
 STDERR_LINE_CHARS = 500  # each cut to its last this many characters
@@ -349,7 +357,6 @@ class CmdEngine(Engine):
             params=wire.encode_value(params),
         )
 
-
     @property
     def trace_points(self) -> frozenset[str]:  # type: ignore[override]
         """The point kinds the handshake's ``trace_points`` names (absent: every kind)."""
@@ -359,7 +366,11 @@ class CmdEngine(Engine):
         return frozenset(k for k in named if k in TRACE_KINDS) if isinstance(named, list) else frozenset()
 
     def trace(
-        self, model: ModelRef, ids: Sequence[int], points: Sequence[str], positions: Sequence[int] | None = None
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         fields: dict[str, Any] = {"model": wire.model_to_wire(model), "ids": [int(i) for i in ids],
                                   "points": list(points)}  # fmt: skip

@@ -93,6 +93,6 @@ def test_forward_bug_is_located(case: ForwardBug, tmp_path: Path) -> None:
     assert re.search(rf"first divergence at {at}, {case.where}", message), message
     assert re.search(r"relative error [\d.e+-]+ vs tol 0\.0001 \(max \|Δ\| [\d.e+-]+\)", message), message
     matched = re.search(r"matching before it: (.*)", message)
-    assert matched and "inp_embd" in matched.group(1).split(", ") or point == "inp_embd", message
+    assert (matched and "inp_embd" in matched.group(1).split(", ")) or point == "inp_embd", message
     requests = int(re.search(r"\((\d+) trace requests\)", message).group(1))
     assert requests <= MAX_REQUESTS, message

@@ -98,3 +98,27 @@ def trace_drift(stored: dict[str, Any], live: dict[str, Any]) -> str | None:
                 problems.append(f"{checks.CLASSES[conformance_class]}: {diff.describe()}")
                 break
     return "; ".join(problems) or None
+
+
+def test_traced_references_compute_what_they_compute_untraced(reference):
+    """Observing changes nothing: transformers' traced logits are its logits, bit for bit
+    (the registered attention function is eager attention with eager's mask); llama.cpp's
+    ``result_output`` through ``cb_eval`` is its logits (another context: within rounding)."""
+    from specgate import models
+
+    hf, llama = reference("hf"), reference("llamacpp")
+    ids = [151644, 872, 198, 10234, 374, 279, 12884, 6303]
+    for model_id in ("tiny-qwen2-q8_0", "tiny-qwen3-q4_k"):
+        if model_id not in models.cached_tiny_models():
+            from specgate.plugin import model_missing
+
+            model_missing(f"{model_id} (run: specgate models tiny)")
+        model = get_model(model_id)
+        traced = hf.trace(model, ids, ["result_output", "l_out-1"])
+        assert np.array_equal(traced["result_output"], hf.logits(model, ids))
+        from_cb = llama.trace(model, ids, ["result_output", "inp_embd"], positions=[0, 7])
+        logits = llama.logits(model, ids)
+        assert from_cb["result_output"].shape == (2, logits.shape[1])
+        assert np.abs(from_cb["result_output"] - logits[[0, 7]]).max() < 1e-3
+        release_forward_weights(hf, model)
+        llama.release_forward(model)

@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gguf import GGUFReader, quants  # noqa: E402
-from gguf.constants import GGMLQuantizationType  # noqa: E402
-from jsonl import Refusal, serve  # noqa: E402
+from gguf import GGUFReader, quants
+from gguf.constants import GGMLQuantizationType
+from jsonl import Refusal, serve
 
 LAYER_KINDS = ("attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "ffn_inp", "ffn_norm", "ffn_out", "l_out")
 
@@ -32,7 +32,9 @@ LAYER_KINDS = ("attn_norm", "Qcur", "Kcur", "Vcur", "kqv_out", "ffn_inp", "ffn_n
 class Model:
     def __init__(self, path: str) -> None:
         reader = GGUFReader(path)
-        self.meta = {f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("tokenizer.")}
+        self.meta = {
+            f.name: f.contents() for f in reader.fields.values() if not f.name.startswith("tokenizer.")
+        }
         arch = self.arch = self.meta["general.architecture"]
         self.n_layer = int(self.meta[f"{arch}.block_count"])
         self.n_head = int(self.meta[f"{arch}.attention.head_count"])
@@ -75,7 +77,10 @@ class Model:
             k = self.linear(h, p + "attn_k").reshape(t, self.n_kv, d)
             v = self.linear(h, p + "attn_v").reshape(t, self.n_kv, d)
             if self.arch == "qwen3":
-                q, k = self.norm(q, self.w[p + "attn_q_norm.weight"]), self.norm(k, self.w[p + "attn_k_norm.weight"])
+                q, k = (
+                    self.norm(q, self.w[p + "attn_q_norm.weight"]),
+                    self.norm(k, self.w[p + "attn_k_norm.weight"]),
+                )
             q, k = self.rope(q), self.rope(k)
             group = self.n_head // self.n_kv
             heads = []
@@ -106,7 +111,13 @@ def load(path: str) -> Model:
 
 def array(value: np.ndarray) -> dict[str, Any]:
     value = np.ascontiguousarray(value, dtype="<f4")
-    return {"$array": {"dtype": "float32", "shape": list(value.shape), "b64": base64.b64encode(value.tobytes()).decode()}}
+    return {
+        "$array": {
+            "dtype": "float32",
+            "shape": list(value.shape),
+            "b64": base64.b64encode(value.tobytes()).decode(),
+        }
+    }
 
 
 def trace(request: dict[str, Any]) -> Any:
