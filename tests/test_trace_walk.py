@@ -112,3 +112,21 @@ def test_a_wrong_shape_or_non_finite_answer_is_the_verdict() -> None:
 def test_ranges() -> None:
     assert checks.ranges([0, 1, 2, 5, 7, 8]) == "0–2, 5, 7–8"
     assert checks.ranges([]) == ""
+
+
+def test_result_output_is_asked_at_a_bounded_number_of_positions() -> None:
+    ref = reference()
+    ref["result_output"] = np.random.default_rng(1).normal(size=(40, 7))
+    asked: list[list[int] | None] = []
+
+    def fetch(points: list[str], positions: list[int] | None) -> dict[str, np.ndarray]:
+        asked.append(positions)
+        rows = range(T) if positions is None else positions
+        return {
+            p: (ref[p] if p != "result_output" else ref[p][list(rows)]).astype(np.float32) for p in points
+        }
+
+    verdict = checks.walk(fetch, ref, N_LAYER, HEAD_DIM, "exact", frozenset(KINDS), list(range(40)), None)
+    assert verdict.diverged is None
+    assert asked[-1] == checks.spread(40, checks.OUTPUT_ROWS) and len(asked[-1]) == 16
+    assert asked[-1][0] == 0 and asked[-1][-1] == 39

@@ -195,6 +195,18 @@ class Verdict:
         return "\n  ".join(lines)
 
 
+#: Rows of ``result_output`` asked at most: a 512-token prompt's logits are 311 MB of
+#: float32 (415 MB on the wire); 16 rows are 9.7 MB. The logits gate judges every row.
+OUTPUT_ROWS = 16
+
+
+def spread(n: int, limit: int) -> list[int]:
+    """``limit`` of ``range(n)`` evenly spaced, first and last included (all when n ≤ limit)."""
+    if n <= limit:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
+
+
 def probes(n_layer: int) -> list[int]:
     """The layers whose ``l_out`` the first request asks: a quarter, half, three quarters, last."""
     return sorted({max(0, -(-n_layer * q // 4) - 1) for q in (1, 2, 3, 4)})
@@ -215,7 +227,13 @@ def walk(
 ) -> Verdict:
     """Localize the first departing point. ``fetch(points, positions)`` is one engine
     request; ``reference`` holds every point (``result_output`` at ``output_positions``
-    and ``output_columns`` only)."""
+    — default: every position — and ``output_columns`` only). ``result_output`` is asked
+    at ``OUTPUT_ROWS`` of those positions at most."""
+    n_rows = len(reference["result_output"]) if "result_output" in reference else 0
+    output_positions = list(range(n_rows)) if output_positions is None else list(output_positions)
+    rows = spread(len(output_positions), OUTPUT_ROWS)
+    if "result_output" in reference:
+        reference = {**reference, "result_output": reference["result_output"][rows]}
     skipped = sorted({split_point(p)[0] for p in reference} - offered)
     requests = 0
     matched: list[str] = []
@@ -246,7 +264,7 @@ def walk(
             break
         matched.append(d.point)
     else:
-        last = ask(["result_output"], output_positions)
+        last = ask(["result_output"], [output_positions[r] for r in rows])
         bad = [d for d in last if not d.ok]
         matched.extend(d.point for d in last if d.ok)
         return verdict(bad[0] if bad else None)
