@@ -180,9 +180,8 @@ def prompts_for(model_id: str) -> dict[str, dict[str, object]]:
 
 TRACE_PROMPTS = CORPUS / "prompts" / "trace.jsonl"
 # Tokens kept of each trace prompt (its first ones). The snapshot holds every point of every
-# layer at every position, float32 for transformers and float16 for llama.cpp: ~84 kB per
-# position on the 0.5B model (24 layers), ~5 kB on a tiny one; 6 / 8 positions keep the
-# real model's file near 0.7 MB per position... see the trace snapshots' sizes in ARCHITECTURE.md.
+# layer at every position, float32 for transformers and float16 for llama.cpp (base64):
+# ~1.3 MB per position on the 0.5B model (24 layers; 7.7 MB for 6), 12-27 kB on a tiny one.
 TRACE_TOKENS = {"real": 6, "tiny": 8}
 TRACE_TOP_COLUMNS = 16  # logits columns kept per position: the union of both references' top 16
 

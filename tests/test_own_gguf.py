@@ -34,7 +34,18 @@ TINY = "tiny-qwen2-f32"
 ROPE_KEY = "qwen2.rope.freq_base"
 GGUF_FLOAT32 = 6  # GGUF metadata value type id of a float32
 #: Every stage a GGUF with weights and a chat template supports.
-ALL_STAGES = {"metadata", "split", "encode", "decode", "render", "template", "logits", "sample", "generate"}
+ALL_STAGES = {
+    "metadata",
+    "split",
+    "encode",
+    "decode",
+    "render",
+    "template",
+    "logits",
+    "sample",
+    "generate",
+    "trace",
+}
 
 
 def needs_live(request: pytest.FixtureRequest) -> None:
@@ -234,6 +245,6 @@ def test_vocab_only_gguf_records_no_forward_stages(request, tmp_path: Path) -> N
     )
 
     snaps = tmp_path / "snaps"
-    forward = [f"tests/references/test_{s}.py" for s in ("logits", "sample", "generate", "metadata")]
+    forward = [f"tests/references/test_{s}.py" for s in ("logits", "sample", "generate", "trace", "metadata")]
     record(path, snaps, *forward)
     assert sorted(p.stem for p in (snaps / "my-vocab").glob("*.json")) == ["metadata"]
