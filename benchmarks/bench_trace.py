@@ -63,7 +63,9 @@ def main(model_id: str = "qwen2.5-coder-0.5b-instruct", bug: str = "rope_base") 
     engine.close()
     print(f"model {model_id}, {len(ids)} tokens, bug {bug}")
     print(f"verdict: {verdict.message().splitlines()[0]}")
-    print(f"requests: {verdict.requests}; float32 answered per request (MB): {[round(b / 1e6, 1) for b in answered]}")
+    print(
+        f"requests: {verdict.requests}; float32 answered per request (MB): {[round(b / 1e6, 1) for b in answered]}"
+    )
     print(f"walk wall time: {seconds:.1f} s (the engine's forward passes included)")
     print(
         f"peak RSS: specgate {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6:.2f} GB "
