@@ -28,7 +28,9 @@ import pytest
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
 from specgate import models as model_cache
+from specgate import selection
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
+from specgate.selection import row_stage, selected_stages
 from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
@@ -50,7 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--model",
         action="append",
         default=[],
-        help="manifest id or path to a GGUF (repeatable); default: every cached manifest model",
+        help="manifest id or path to a GGUF (repeatable); default: every model the snapshots define",
     )
     group.addoption(
         "--models", default="", help="comma-separated manifest ids or GGUF paths (same as repeating --model)"
@@ -271,7 +273,8 @@ def check_usage(config: pytest.Config) -> None:
     except UnknownImpl as exc:
         raise pytest.UsageError(str(exc)) from None
     explicit = config.getoption("--model")
-    for spec in explicit or selected_models(config):  # the cache's own models are verified too
+    chosen, missing = (explicit, []) if explicit else selection.split_cached(selected_models(config))
+    for spec in chosen:  # the cache's own models are verified too; the missing ones are one error
         try:
             ref = get_model(spec)
         except model_cache.ModelError as exc:
@@ -283,6 +286,8 @@ def check_usage(config: pytest.Config) -> None:
                 open_gguf(ref.gguf)
             except GGUFError as exc:
                 raise pytest.UsageError(f"--model {spec!r}: not a readable GGUF file: {exc}") from None
+    if missing:
+        raise pytest.UsageError(selection.missing_line(missing, config.stash[SESSION].snapshot_root))
 
 
 def check_models_gated(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -336,8 +341,8 @@ def selected_models(config: pytest.Config) -> list[str]:
     """The model ids of the run: a user's GGUF path (``--model PATH``) appears as its
     ``ModelRef`` id (the file stem), the id its snapshots are kept under."""
     chosen = list(config.getoption("--model"))  # includes --models (see pytest_configure)
-    if not chosen:
-        return [*model_cache.cached_models(), *model_cache.cached_tiny_models()]
+    if not chosen:  # what the snapshots define, cached or not (specgate.selection)
+        return selection.default_models(config.stash[SESSION].snapshot_root)
     return [user_model_id(spec) for spec in chosen]
 
 
@@ -349,22 +354,6 @@ def user_model_id(spec: str) -> str:
     except model_cache.ModelError:
         return spec
     return ref.id if ref.role == "user" else spec
-
-
-def selected_stages(config: pytest.Config) -> set[str] | None:
-    raw = config.getoption("--stages")
-    return {s.strip() for s in raw.split(",") if s.strip()} or None
-
-
-def row_stage(item: pytest.Item) -> str | None:
-    """The matrix row's stage of a gate item: its stage, with the conformance class
-    for the classed stages; None for a test that is not a gate."""
-    marker = item.get_closest_marker("gate")
-    if marker is None:
-        return None
-    params = getattr(item, "callspec", None)
-    cls = params.params.get("conformance_class") if params else None
-    return f"{marker.args[0]}/{cls}" if cls else marker.args[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -753,7 +742,7 @@ def case(request: pytest.FixtureRequest, specgate: SpecgateSession, model: Model
 
 def forward_models(config: pytest.Config) -> list[str]:
     """Models with weights: the --model selection (a user's GGUF when it holds tensors),
-    else every cached one plus the tiny ones."""
+    else the default selection (specgate.selection)."""
     manifest = model_cache.load_manifest()
     return [m for m in selected_models(config) if has_weights(m, manifest)]
 

@@ -42,6 +42,11 @@ def headline(records: list[Any]) -> str:
     )
 
 
+def models_gated(records: list[Any]) -> list[str]:
+    """The models the run gated, in the order their first case ran."""
+    return list(dict.fromkeys(r.model for r in records))
+
+
 def refusal_groups(records: list[Any]) -> list[tuple[str, list[Any]]]:
     """Refusals grouped by their message, largest group first."""
     groups: dict[str, list[Any]] = defaultdict(list)
@@ -95,6 +100,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "impl": results.impl,
         "shard": getattr(results, "shard", None),
         "coverage": dict(coverage(results.records)),
+        "models": models_gated(results.records),
         "verdict": list(getattr(results, "verdict", [])),
         "matrix": [
             {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
@@ -110,6 +116,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         f"# specgate parity report — `{results.impl}`",
         "",
         headline(results.records),
+        "",
+        f"Models gated ({len(payload['models'])}): {', '.join(payload['models'])}",
         "",
         *[f"**The run fails:** {problem}  " for problem in getattr(results, "verdict", [])],
         "",
