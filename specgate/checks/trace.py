@@ -296,3 +296,22 @@ def reference_arrays(case: dict[str, Any], conformance_class: str) -> dict[str, 
 
     record = case[RECORD[conformance_class]]
     return {p: np.asarray(wire.decode_value(v), dtype=np.float64) for p, v in record.items()}
+
+
+def trace_drift(stored: dict[str, Any], live: dict[str, Any]) -> str | None:
+    """The live references against the stored ones, each by its class's tolerances: a
+    snapshot recorded on one CPU meets other last bits on another (transformers: float32
+    rounding, far under 1e-4; llama.cpp: its kernels per CPU, under its class's bounds)."""
+    if stored["ids"] != live["ids"]:
+        return f"prompt ids differ: snapshot {stored['ids']}, live {live['ids']}"
+    problems = []
+    for conformance_class in ("exact", "quantized"):
+        ref = reference_arrays(stored, conformance_class)
+        got = reference_arrays(live, conformance_class)
+        for point, value in ref.items():
+            diff = compare(point, value, got[point], tolerance(conformance_class, point),
+                                  stored["head_dim"])  # fmt: skip
+            if not diff.ok:
+                problems.append(f"{CLASSES[conformance_class]}: {diff.describe()}")
+                break
+    return "; ".join(problems) or None

@@ -79,25 +79,8 @@ def test_record_trace(request, reference, forward_model_id):
             "llamacpp": "llama.cpp's intermediates on the same GGUF through its graph evaluation callback (cb_eval)",
         },
         packages=("transformers", "torch", "gguf", "llama-cpp-python"),
-        drift=lambda case_id, stored, live: trace_drift(stored, live),
+        drift=lambda case_id, stored, live: checks.trace_drift(stored, live),
     )  # fmt: skip
-
-
-def trace_drift(stored: dict[str, Any], live: dict[str, Any]) -> str | None:
-    """The live references against the stored ones, each by its class's tolerances."""
-    if stored["ids"] != live["ids"]:
-        return f"prompt ids differ: snapshot {stored['ids']}, live {live['ids']}"
-    problems = []
-    for conformance_class in ("exact", "quantized"):
-        ref = checks.reference_arrays(stored, conformance_class)
-        got = checks.reference_arrays(live, conformance_class)
-        for point, value in ref.items():
-            diff = checks.compare(point, value, got[point], checks.tolerance(conformance_class, point),
-                                  stored["head_dim"])  # fmt: skip
-            if not diff.ok:
-                problems.append(f"{checks.CLASSES[conformance_class]}: {diff.describe()}")
-                break
-    return "; ".join(problems) or None
 
 
 def test_traced_references_compute_what_they_compute_untraced(reference):
