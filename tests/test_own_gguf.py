@@ -70,7 +70,9 @@ def run_pytest(*args: str | Path, timeout: float = 900) -> subprocess.CompletedP
 
 
 def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
-    """What ``nox -s snapshots -- --model PATH --snapshot-dir DIR`` runs first."""
+    """What ``nox -s snapshots -- --model PATH --snapshot-dir DIR`` runs first. A ceiling, not
+    a timing: every reference recording loads transformers' and llama.cpp's weights of the
+    user's file (the trace recording too: 3 min alone under this machine's load)."""
     proc = run_pytest(
         *(tests or ["tests/references"]),
         "--live-references",
@@ -79,6 +81,7 @@ def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
         model,
         "--snapshot-dir",
         snapshot_dir,
+        timeout=1800,
     )
     assert proc.returncode == 0, f"recording failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
 
