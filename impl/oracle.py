@@ -45,6 +45,20 @@ def release_forward() -> None:
     _forward_models.clear()
 
 
+def check_points(points: Sequence[str], n_layer: int) -> None:
+    """Refuse (``Unsupported``, naming it) a point that is no point of an ``n_layer`` model."""
+    from impl.protocol import Unsupported
+    from oracle.trace import split_point
+
+    for point in points:
+        try:
+            _, layer = split_point(point)
+        except ValueError as exc:
+            raise Unsupported(str(exc)) from None
+        if layer is not None and layer >= n_layer:
+            raise Unsupported(f"trace point {point!r}: the model has {n_layer} layers")
+
+
 def _forward_model(path: Path) -> Any:
     """The GGUF's one forward ``Model``, its KV cache emptied for a new sequence."""
     forward = _forward_models.get(path, lambda: _load_forward_model(path))
@@ -117,6 +131,24 @@ class OracleEngine(Engine):
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         """Float32 logits for every position of ``ids``, from an empty KV cache."""
         return _forward_model(model.gguf).prefill(ids)
+
+    # --- trace stage (the forward's named intermediates) ------------------------------
+    def trace(
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
+        """The asked points of one forward pass over ``ids`` from an empty KV cache."""
+        from oracle.trace import Recorder
+
+        forward = _forward_model(model.gguf)
+        check_points(points, forward.hparams.n_layer)
+        recorder = Recorder(points)
+        forward.prefill(ids, trace=recorder)
+        rows = slice(None) if positions is None else list(positions)
+        return {point: recorder.values[point][rows] for point in points}
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from oracle.trace import KINDS as TRACE_KINDS
+
 CAPABILITIES: tuple[str, ...] = (
     "metadata",
     "render",
@@ -27,6 +29,7 @@ CAPABILITIES: tuple[str, ...] = (
     "logits",
     "sample",
     "generate",
+    "trace",
 )
 
 
@@ -115,6 +118,9 @@ class Engine:
     logits(model, ids) -> numpy array [len(ids), n_vocab] of float32
     sample(logits, params, r) -> dict  (see ``oracle.sampler``)
     generate(model, ids, params) -> dict  (see ``oracle.decode_loop``)
+    trace(model, ids, points, positions) -> dict[str, numpy array]
+        the forward's named intermediates (``oracle.trace``) of one pass over ``ids``
+        from position 0: per point asked, float32 [len(positions) or len(ids), columns].
     """
 
     name: ClassVar[str] = "engine"
@@ -124,6 +130,9 @@ class Engine:
     #: held to transformers' f32 forward; ``quantized`` — llama.cpp-class numerics,
     #: held to llama.cpp. A class not claimed is ``n/a``.
     classes: frozenset[str] = frozenset({"quantized"})
+    #: The trace point kinds (``oracle.trace.KINDS``) this engine's ``trace`` answers;
+    #: a kind left out is skipped by the trace stage's walk, and said so.
+    trace_points: frozenset[str] = frozenset(TRACE_KINDS)
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -176,4 +185,13 @@ class Engine:
         raise NotImplementedError
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def trace(
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
         raise NotImplementedError

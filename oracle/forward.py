@@ -13,6 +13,12 @@ For each new token (a whole prompt at once in ``prefill``, one token in ``step``
         x  = x + (silu(h Wgᵀ) * (h Wuᵀ)) Wdᵀ                    SwiGLU
     logits = (rms_norm(x) * output_norm) Wₒᵀ                   Wₒ = token_embd when tied
 
+A ``trace`` (``oracle.trace.Recorder``) passed to ``prefill`` is shown the named
+intermediates as they are computed — llama.cpp's graph tensor names: ``inp_embd``,
+per layer ``attn_norm``, ``Qcur``/``Kcur`` (after the QK-norm and RoPE), ``Vcur``,
+``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_out``, ``l_out``, then ``result_norm``
+and ``result_output``. It only looks; nothing is computed differently.
+
 Weights are read from the GGUF and dequantized lazily (``oracle.weights``);
 hyper-parameters come from ``oracle.dispatch``, and ``oracle.load_checks`` holds the
 file to them before anything runs. Attention is the definition's result computed in
@@ -33,6 +39,7 @@ from oracle.dispatch import dispatch
 from oracle.gguf import GGUFFile, open_gguf
 from oracle.kv_cache import ContextOverflow, KVCache
 from oracle.load_checks import check_runnable, check_token_ids
+from oracle.trace import NO_TRACE, Recorder
 from oracle.weights import DEFAULT_BUDGET_BYTES, Weights
 
 __all__ = ["ContextOverflow", "Model"]
@@ -75,6 +82,7 @@ class Model:
         self.output_name = "token_embd.weight" if hp.tied_embeddings else "output.weight"
         self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, self.n_ctx)
+        self.trace: Recorder = NO_TRACE
 
     @classmethod
     def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: int | None) -> Model:
@@ -88,12 +96,17 @@ class Model:
     def reset(self) -> None:
         self.cache.reset()
 
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab]."""
+    def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE) -> np.ndarray:
+        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab].
+        ``trace`` is shown the named intermediates (``oracle.trace``)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         check_token_ids(ids, self.hparams.n_vocab)
         self.cache.check_room(ids.size)
-        return self._forward(ids)
+        self.trace = trace
+        try:
+            return self._forward(ids)
+        finally:
+            self.trace = NO_TRACE
 
     def step(self, token_id: int) -> np.ndarray:
         """Process one token after the cached ones; float32 logits [n_vocab]."""
@@ -106,12 +119,18 @@ class Model:
         positions = np.arange(self.n_past, self.n_past + ids.size)
         cos, sin = rope.rope_angles(positions, hp.head_dim, hp.rope_base)
         x = w.rows("token_embd.weight", ids)  # a new array: the residual stream, updated in place
+        self.trace("inp_embd", x)
         for i in range(hp.n_layer):
             x += self._attention_block(i, x, positions, cos, sin)
+            self.trace(f"ffn_inp-{i}", x)
             x += self._ffn_block(i, x)
+            self.trace(f"l_out-{i}", x)
         self.cache.advance(ids.size)
         x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
-        return w.matmul(x, self.output_name)
+        self.trace("result_norm", x)
+        logits = w.matmul(x, self.output_name)
+        self.trace("result_output", logits)
+        return logits
 
     def _linear(self, x: np.ndarray, layer: int, name: str) -> np.ndarray:
         """x Wᵀ + b for ``blk.<layer>.<name>.weight`` (and its ``.bias`` when the architecture has one)."""
@@ -138,20 +157,28 @@ class Model:
     ) -> np.ndarray:
         hp = self.hparams
         h = rms_norm(x, self.weights.get(f"blk.{i}.attn_norm.weight"), hp.rms_eps)
+        self.trace(f"attn_norm-{i}", h)
         q = self._heads(self._linear(h, i, "attn_q"), hp.n_head)
         k = self._heads(self._linear(h, i, "attn_k"), hp.n_head_kv)
         v = self._heads(self._linear(h, i, "attn_v"), hp.n_head_kv)
         q, k = self._qk_norm(i, q, k)
         q, k = rope.apply_rope(q, cos, sin), rope.apply_rope(k, cos, sin)
+        self.trace.heads(f"Qcur-{i}", q)
+        self.trace.heads(f"Kcur-{i}", k)
+        self.trace.heads(f"Vcur-{i}", v)
         keys, values = self.cache.append(i, k, v)
         out = attention_blocked.attention(q, keys, values, positions)  # [n_head, T, head_dim]
         out = out.transpose(1, 0, 2).reshape(x.shape[0], hp.n_head * hp.head_dim)
+        self.trace(f"kqv_out-{i}", out)
         return self.weights.matmul(out, f"blk.{i}.attn_output.weight")
 
     def _ffn_block(self, i: int, x: np.ndarray) -> np.ndarray:
         w = self.weights
         h = rms_norm(x, w.get(f"blk.{i}.ffn_norm.weight"), self.hparams.rms_eps)
+        self.trace(f"ffn_norm-{i}", h)
         gate, up = w.matmul(h, f"blk.{i}.ffn_gate.weight"), w.matmul(h, f"blk.{i}.ffn_up.weight")
         h = silu(gate)
         h *= up
-        return w.matmul(h, f"blk.{i}.ffn_down.weight")
+        out = w.matmul(h, f"blk.{i}.ffn_down.weight")
+        self.trace(f"ffn_out-{i}", out)
+        return out

@@ -177,3 +177,18 @@ def is_tiny(model_id: str) -> bool:
 def prompts_for(model_id: str) -> dict[str, dict[str, object]]:
     """All prompts for a real model; the ``tiny`` subset (1 to 512 tokens) for tiny ones."""
     return {k: p for k, p in prompts().items() if p["tiny"] or not is_tiny(model_id)}
+
+
+# ---------------------------------------------------------------------------
+# forward (trace)
+
+TRACE_PROMPTS = CORPUS / "prompts" / "trace.jsonl"
+# Tokens kept of each trace prompt (its first ones). The snapshot holds every point of every
+# layer at every position, float32 for transformers and float16 for llama.cpp (base64):
+# ~1.3 MB per position on the 0.5B model (24 layers; 7.7 MB for 6), 12-27 kB on a tiny one.
+TRACE_TOKENS = {"real": 6, "tiny": 8}
+TRACE_TOP_COLUMNS = 16  # logits columns kept per position: the union of both references' top 16
+
+
+def trace_prompts() -> dict[str, str]:
+    return {case["id"]: str(case["text"]) for case in _jsonl(TRACE_PROMPTS)}

@@ -37,8 +37,9 @@ from specgate.verdict import GateRecord, run_verdict
 
 #: Gate stages (the ``gate`` marker's argument) and the conformance classes of those
 #: judged in two classes (see PROTOCOL.md, "Conformance classes").
-GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate")
-CLASSED_STAGES = ("logits", "generate")
+GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate",
+               "trace")  # fmt: skip
+CLASSED_STAGES = ("logits", "generate", "trace")
 CONFORMANCE_CLASSES = ("exact", "quantized")
 
 
@@ -62,7 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stages",
         default="",
         help=f"comma-separated stages to gate (default: all): {', '.join(GATE_STAGES)}; "
-        "logits and generate also as <stage>/exact or <stage>/quantized",
+        "logits, generate and trace also as <stage>/exact or <stage>/quantized",
     )
     group.addoption(
         "--live-references",
@@ -280,7 +281,7 @@ def check_usage(config: pytest.Config) -> None:
         if unknown:
             raise pytest.UsageError(
                 f"--stages: unknown stage(s) {', '.join(unknown)}; known: {', '.join(GATE_STAGES)} "
-                f"(logits and generate also as <stage>/exact or <stage>/quantized)"
+                f"(logits, generate and trace also as <stage>/exact or <stage>/quantized)"
             )
     try:
         check(config.getoption("--impl"))

@@ -122,3 +122,28 @@ def test_window_drift_passes_the_stored_window_and_catches_a_moved_logit():
     why = sample_checks.window_drift("code", window, live)
     assert why and f"token {window['ids'][5]}" in why, why
     assert sample_checks.window_drift("gone", None, live) == "window 'gone' is not in the snapshot"
+
+
+def _scaled(case: dict, record: str, point: str, factor: float) -> dict:
+    from impl.process import wire
+
+    changed = copy.deepcopy(case)
+    value = np.asarray(wire.decode_value(case[record][point]))
+    changed[record][point] = wire.encode_value((value * factor).astype(value.dtype))
+    return changed
+
+
+def test_trace_drift_passes_the_stored_case_and_catches_each_reference_moving():
+    from specgate.checks import trace as trace_checks
+
+    (case,) = stored("trace").values()
+    assert trace_checks.trace_drift(case, copy.deepcopy(case)) is None
+    # float noise well under each class's tolerance passes
+    assert trace_checks.trace_drift(case, _scaled(case, "hf", "l_out-1", 1 + 1e-5)) is None
+    assert trace_checks.trace_drift(case, _scaled(case, "llamacpp", "l_out-1", 1.01)) is None
+    moved = trace_checks.trace_drift(case, _scaled(case, "hf", "l_out-1", 1 + 1e-3))
+    assert moved and moved.startswith("transformers: l_out-1, positions 0–7") and "vs tol 0.0001" in moved
+    moved = trace_checks.trace_drift(case, _scaled(case, "llamacpp", "Kcur-2", 1.5))
+    assert moved and moved.startswith("llama.cpp: Kcur-2, positions 0–7") and "vs tol 0.2" in moved
+    other = {**copy.deepcopy(case), "ids": case["ids"][:-1]}
+    assert "prompt ids differ" in trace_checks.trace_drift(case, other)

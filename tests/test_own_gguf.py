@@ -34,7 +34,18 @@ TINY = "tiny-qwen2-f32"
 ROPE_KEY = "qwen2.rope.freq_base"
 GGUF_FLOAT32 = 6  # GGUF metadata value type id of a float32
 #: Every stage a GGUF with weights and a chat template supports.
-ALL_STAGES = {"metadata", "split", "encode", "decode", "render", "template", "logits", "sample", "generate"}
+ALL_STAGES = {
+    "metadata",
+    "split",
+    "encode",
+    "decode",
+    "render",
+    "template",
+    "logits",
+    "sample",
+    "generate",
+    "trace",
+}
 
 
 def needs_live(request: pytest.FixtureRequest) -> None:
@@ -59,7 +70,9 @@ def run_pytest(*args: str | Path, timeout: float = 900) -> subprocess.CompletedP
 
 
 def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
-    """What ``nox -s snapshots -- --model PATH --snapshot-dir DIR`` runs first."""
+    """What ``nox -s snapshots -- --model PATH --snapshot-dir DIR`` runs first. A ceiling, not
+    a timing: every reference recording loads transformers' and llama.cpp's weights of the
+    user's file (the trace recording too: 3 min alone under this machine's load)."""
     proc = run_pytest(
         *(tests or ["tests/references"]),
         "--live-references",
@@ -68,6 +81,7 @@ def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
         model,
         "--snapshot-dir",
         snapshot_dir,
+        timeout=1800,
     )
     assert proc.returncode == 0, f"recording failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}"
 
@@ -236,6 +250,6 @@ def test_vocab_only_gguf_records_no_forward_stages(request, tmp_path: Path) -> N
     )
 
     snaps = tmp_path / "snaps"
-    forward = [f"tests/references/test_{s}.py" for s in ("logits", "sample", "generate", "metadata")]
+    forward = [f"tests/references/test_{s}.py" for s in ("logits", "sample", "generate", "trace", "metadata")]
     record(path, snaps, *forward)
     assert sorted(p.stem for p in (snaps / "my-vocab").glob("*.json")) == ["metadata"]

@@ -109,6 +109,13 @@ class HFEngine(Engine):
 
         return hf_forward.logits(self._forward_model(model), ids)
 
+    def trace(self, model: ModelRef, ids: Sequence[int], points: Sequence[str],
+              positions: Sequence[int] | None = None) -> dict[str, Any]:  # fmt: skip
+        """transformers' intermediates, hooked and named to the trace points (``impl.hf.trace``)."""
+        from impl.hf import trace as hf_trace
+
+        return hf_trace.trace(self._forward_model(model), ids, points, positions)
+
     def _forward_model(self, model: ModelRef) -> Any:
         """transformers' model on the GGUF's f32 weights, built as ``model.loader`` says;
         loaded once per session for the forward and generate stages."""

@@ -14,6 +14,8 @@ from impl.envvars import llama_threads
 from impl.loaded import PerModel
 from impl.protocol import Engine, ModelRef, has_weights
 
+TRACE_CTX = 1024  # one micro-batch up to this many tokens; every position's logits are kept (0.6 GB for 150k)
+
 
 class LlamaCppEngine(Engine):
     name = "llamacpp"
@@ -24,6 +26,8 @@ class LlamaCppEngine(Engine):
         # use; one full-weights context (logits_all keeps n_ctx × n_vocab floats).
         self._vocab_contexts = PerModel(limit=4, close=_close)
         self._full_contexts = PerModel(limit=1, close=_close)
+        # A context whose graph evaluation callback records the trace points (one model).
+        self._tracing_contexts = PerModel(limit=1, close=_close)
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -33,6 +37,7 @@ class LlamaCppEngine(Engine):
     def close(self) -> None:
         self._vocab_contexts.clear()
         self._full_contexts.clear()
+        self._tracing_contexts.clear()
 
     def llama(self, model: ModelRef, vocab_only: bool) -> Any:
         """A session-shared ``llama_cpp.Llama`` for ``model``; vocab-only models
@@ -85,8 +90,25 @@ class LlamaCppEngine(Engine):
         buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""
         if model is None:
             self._full_contexts.clear()
+            self._tracing_contexts.clear()
         else:
             self._full_contexts.drop(str(model.gguf))
+            self._tracing_contexts.drop(str(model.gguf))
+
+    # --- trace stage ----------------------------------------------------------------
+    def trace(self, model: ModelRef, ids: Sequence[int], points: Sequence[str],
+              positions: Sequence[int] | None = None) -> dict[str, Any]:  # fmt: skip
+        """llama.cpp's own intermediates through its graph evaluation callback (``impl.llamacpp.trace``)."""
+        from impl.llamacpp import trace as llamacpp_trace
+
+        def open_tracing() -> Any:
+            tap = llamacpp_trace.Tap()
+            llm = llamacpp_trace.open_tracing(model.gguf, TRACE_CTX, llama_threads(), tap)
+            llm._specgate_tap = tap  # the callback lives as long as the context
+            return llm
+
+        llm = self._tracing_contexts.get(str(model.gguf), open_tracing)
+        return llamacpp_trace.trace(llm, llm._specgate_tap, ids, points, positions)
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from impl.process import lifeline, pipes, schema, wire
 from impl.protocol import (
     CAPABILITIES,
     CONFORMANCE_CLASSES,
+    TRACE_KINDS,
     Engine,
     EngineDied,
     EngineError,
@@ -415,6 +416,38 @@ class CmdEngine(Engine):
             ids=[int(i) for i in ids],
             params=wire.encode_value(params),
         )
+
+    @property
+    def trace_points(self) -> frozenset[str]:  # type: ignore[override]
+        """The point kinds the handshake's ``trace_points`` names (absent: every kind)."""
+        self._ensure_started()
+        assert self._hello is not None
+        named = self._hello.get("trace_points", list(TRACE_KINDS))
+        return frozenset(k for k in named if k in TRACE_KINDS) if isinstance(named, list) else frozenset()
+
+    def trace(
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {"model": wire.model_to_wire(model), "ids": [int(i) for i in ids],
+                                  "points": list(points)}  # fmt: skip
+        if positions is not None:
+            fields["positions"] = [int(p) for p in positions]
+        result = self.request("trace", **fields)
+        rows = len(ids) if positions is None else len(positions)
+        got = result["points"]
+        missing = [p for p in points if p not in got]
+        if missing:  # the schema fixes the form; which points and rows depends on the request
+            raise self._broken(f"trace: points asked but not answered: {', '.join(missing[:5])}")
+        for point in points:
+            value = got[point]
+            if value.ndim != 2 or value.shape[0] != rows:
+                raise self._broken(f"trace: {point} must be [{rows}, columns] (one row per position); "
+                                   f"got shape {list(value.shape)}")  # fmt: skip
+        return {p: got[p] for p in points}
 
 
 def _one_line(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ from typing import IO, Any
 import numpy as np
 
 from impl.process import schema, wire
-from impl.protocol import Engine, Unsupported
+from impl.protocol import TRACE_KINDS, Engine, Unsupported
 from impl.registry import MissingExtra, UnknownImpl, resolve
 
 
@@ -57,6 +57,8 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
                 args.append(wire.decode_value(request.get("kwargs") or {}))
             elif name == "add_generation_prompt":
                 args.append(bool(request.get(name, True)))
+            elif name == "positions":  # optional: every position when absent
+                args.append(request.get(name))
             elif name in request:
                 args.append(wire.decode_value(request[name]))
             else:
@@ -74,6 +76,8 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         traceback.print_exc(file=sys.stderr)
         return _error(rid, "engine", f"{type(exc).__name__}: {exc}")
+    if op == "trace" and isinstance(result, dict):  # float32 arrays, whatever the adapter computed in
+        result = {"points": {k: np.asarray(v, dtype=np.float32) for k, v in result.items()}}
     top_k = request.get("top_k") if op == "logits" else None
     if isinstance(top_k, int) and top_k > 0 and isinstance(result, np.ndarray) and result.ndim == 2:
         result = {"top_k": wire.top_k_logits(result, top_k)}
@@ -118,6 +122,8 @@ def serve(impl: str | Engine, stdin: Iterable[bytes] | None = None, stdout: IO[s
         "classes": sorted(engine.classes),
         "ops": implemented_ops(engine),
     }
+    if engine.offers("trace"):
+        hello["trace_points"] = [k for k in TRACE_KINDS if k in engine.trace_points]
     if hello_problem := schema.problem("handshake.schema.json", hello, where="handshake"):
         print(f"specgate engine: {engine.name}: {hello_problem}", file=sys.stderr)
         return 1

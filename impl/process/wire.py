@@ -41,6 +41,7 @@ OPS: dict[str, tuple[str, tuple[str, ...]]] = {
     "logits": ("logits", ("model", "ids")),
     "sample": ("sample", ("logits", "params", "r")),
     "generate": ("generate", ("model", "ids", "params")),
+    "trace": ("trace", ("model", "ids", "points", "positions")),
 }
 _DTYPES = ("float32", "float64", "float16", "int32", "int64", "uint8", "bool")
 

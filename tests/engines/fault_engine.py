@@ -106,6 +106,20 @@ class ToyEngine(Engine):
         data = b"\xe4\xbd"  # an incomplete character: the streamed chunk holds it back
         return {"ids": [*ids, 0], "bytes": data.hex(), "chunks": [], "finish_reason": "length"}
 
+    def trace(
+        self,
+        model: ModelRef,
+        ids: Sequence[int],
+        points: Sequence[str],
+        positions: Sequence[int] | None = None,
+    ) -> dict[str, Any]:
+        """Point i at row r: [id, r, i]; ``l_out-9`` answers one row too few (a broken engine)."""
+        rows = range(len(ids)) if positions is None else positions
+        out = {p: np.array([[ids[r], r, i] for r in rows], dtype=np.float64) for i, p in enumerate(points)}
+        if "l_out-9" in out:
+            out["l_out-9"] = out["l_out-9"][1:]
+        return out
+
 
 class ToyWithoutRenderTemplate(ToyEngine):
     """Renders its models' own templates only (no ``render_template``)."""

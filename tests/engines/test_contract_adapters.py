@@ -102,3 +102,22 @@ def test_template_engine_from_the_protocol_passes_render_and_constructs(tmp_path
     assert undocumented_failures(report) == [], out[-3000:]
     passed = {c["model"] for c in report["cases"] if c["outcome"] == "pass"}
     assert passed == {*TEMPLATE_MODELS, "constructs"}, passed  # the models' own templates, the constructs
+
+
+@pytest.mark.slow
+def test_forward_engine_passes_the_trace_gate(tmp_path: Path) -> None:
+    """A forward pass written from PROTOCOL.md section 4.6 alone (numpy + gguf-py) passes
+    ``trace/exact`` on a tiny model of each architecture; it claims no ``quantized`` class."""
+    models = ["tiny-qwen2-f32", "tiny-qwen3-f32"]
+    missing = [m for m in models if m not in model_cache.cached_tiny_models()]
+    if missing:
+        model_missing(f"{missing}; run: specgate models tiny")
+    status, report, output = run_gates(
+        tmp_path, "forward_engine.py", ["tests/gates/test_trace.py"], "trace", models
+    )
+    outcomes = {(c["stage"], c["model"]): c["outcome"] for c in report["cases"]}
+    assert outcomes == {
+        **{("trace/exact", m): "pass" for m in models},
+        **{("trace/quantized", m): "n/a" for m in models},
+    }, output[-3000:]
+    assert status == 0, output[-3000:]
