@@ -10,7 +10,10 @@ Each group of the table is then marked (``mark``):
 * **confirm fails** — one of them printed GONE, is missing, or the script did not run to
   its end: called out in the table, not published as the engine's defect (it may be
   specgate's own adapter);
-* **not confirmed** — no hand reproduction covers the group yet.
+* **not confirmed** — no hand reproduction covers the group yet;
+* **references disagree** — a group of reference disagreements: no claim about the engine.
+
+``{gguf}`` / ``{model}`` in the command are the engine's first model's.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path
 from specgate.models import PROJECT_ROOT
 
 CONFIRMED, FAILS, UNCONFIRMED = "confirmed", "confirm fails", "not confirmed"
-LINE = re.compile(r"^(REPRODUCES|GONE): (.*)$", re.M)
+LINE = re.compile(r"^(REPRODUCES|REPRODUCED|GONE):?\s+(.*)$", re.M)
+#: A group of reference disagreements is not the engine's finding: nothing to confirm.
+DISAGREE = "references disagree"
 #: The least time a confirm script gets (it may load a model), whatever is left of the budget.
 CONFIRM_FLOOR_SECONDS = 120.0
 
@@ -48,7 +53,14 @@ def run_confirm(spec: EngineSpec, timeout: float, env: dict[str, str]) -> Confir
     """Run ``spec``'s confirm script from the project root (None when it has none)."""
     if spec.confirm is None:
         return None
-    command = spec.fill(spec.confirm)
+    from specgate import models as model_cache
+
+    first = spec.models[0]
+    try:
+        gguf = str(model_cache.model_ref(first).gguf)
+    except Exception as exc:  # an unknown or uncached model: the confirm cannot run
+        return ConfirmRun(spec.confirm, "error", None, [], f"no GGUF for {first}: {exc}")
+    command = spec.fill(spec.confirm, gguf=gguf, model=first)
     try:
         proc = lifeline.run(
             shlex.split(command),
@@ -74,13 +86,15 @@ def run_confirm(spec: EngineSpec, timeout: float, env: dict[str, str]) -> Confir
 
 
 def parse(stdout: str) -> list[tuple[str, str]]:
-    return [(m.group(1), m.group(2)) for m in LINE.finditer(stdout)]
+    return [(m.group(1).replace("REPRODUCED", "REPRODUCES"), m.group(2)) for m in LINE.finditer(stdout)]
 
 
 def mark(group: dict, entries: list[ConfirmedGroup], run: ConfirmRun | dict | None) -> tuple[str, str]:
     """The group's mark (CONFIRMED, FAILS, UNCONFIRMED) and the why, in one line."""
     signature = group.get("signature", "")
     stage = group.get("stage") or signature.split(" · ", 1)[0]
+    if group.get("outcome") == "reference-disagreement":
+        return DISAGREE, "the references disagree with each other here: not a finding about the engine"
     covering = [e for e in entries if e.stage == stage and e.signature in signature]
     if not covering:
         return UNCONFIRMED, "no hand reproduction through the engine's own API yet"
