@@ -18,6 +18,7 @@ confirmed or not.
 | ``gating`` | one engine's gate run and its row (``run_engine``, ``EngineRun``, ``sample_problem``) |
 | ``confirm`` | the confirm scripts and each group's mark |
 | ``budgets`` | per-engine budgets from measured costs and the machine's load |
+| ``results`` | the table as data (``Table``: rows, machine, problems, subset) |
 | ``table`` | the whole table (``run_all``), its files, ``publish`` |
 | ``markdown`` / ``page`` | the table as Markdown / HTML, without machine paths |
 | ``cli`` | ``python -m specgate.ecosystem install|run`` |
@@ -26,8 +27,9 @@ confirmed or not.
 from specgate.ecosystem.confirm import CONFIRMED, FAILS, UNCONFIRMED, ConfirmRun, mark, run_confirm
 from specgate.ecosystem.gating import INTERRUPT_GRACE, EngineRun, run_engine, sample_problem
 from specgate.ecosystem.install import Install, install, install_all, installed_version
+from specgate.ecosystem.results import Table
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError, EngineSpec, discover
-from specgate.ecosystem.table import Table, export_tokenizers, publish, run_all, write_table
+from specgate.ecosystem.table import export_tokenizers, publish, run_all, write_table
 from specgate.gate import OUTCOMES
 
 __all__ = [

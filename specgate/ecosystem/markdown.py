@@ -15,7 +15,7 @@ from pathlib import Path
 from specgate import report
 from specgate.ecosystem.confirm import CONFIRMED, FAILS
 from specgate.ecosystem.gating import EngineRun
-from specgate.ecosystem.table import Table
+from specgate.ecosystem.results import Table
 from specgate.gate import HEADINGS, OUTCOMES
 from specgate.models import PROJECT_ROOT
 

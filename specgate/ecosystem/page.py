@@ -9,7 +9,7 @@ from html import escape
 from specgate import report_html
 from specgate.ecosystem.confirm import FAILS
 from specgate.ecosystem.markdown import MESSAGE_CHARS, TOP_CAUSES, machine_line, unmachined
-from specgate.ecosystem.table import Table
+from specgate.ecosystem.results import Table
 from specgate.gate import HEADINGS, OUTCOMES
 
 

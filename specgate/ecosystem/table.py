@@ -6,22 +6,18 @@ for the full table (``publish`` refuses it)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-import os
-import platform
 import shutil
-import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from specgate import files
 from specgate.ecosystem import budgets
 from specgate.ecosystem.gating import EngineRun, run_engine
 from specgate.ecosystem.install import install
+from specgate.ecosystem.results import Table, machine
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError, EngineSpec, discover
 from specgate.models import PROJECT_ROOT
 
@@ -38,43 +34,6 @@ def export_tokenizers(model_ids: set[str], export_dir: Path) -> dict[str, str]:
         except Exception as exc:  # one model's export failing is reported, not fatal
             problems[model_id] = f"{type(exc).__name__}: {exc}"
     return problems
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "cores": os.cpu_count(),
-        "load": [round(x, 2) for x in os.getloadavg()],
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "node": node_version(),
-    }
-
-
-def node_version() -> str:
-    node = shutil.which("node")
-    if node is None:
-        return "not found"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        return subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    return "unknown"
-
-
-@dataclass
-class Table:
-    rows: list[EngineRun]
-    started: str
-    seconds: float
-    machine_before: dict[str, Any]
-    machine_after: dict[str, Any]
-    problems: list[str] = field(default_factory=list)  # engine.toml errors, export failures
-
-    #: The engine folders asked for (``--engines``), or None: the full table.
-    engines: list[str] | None = None
-
-    @property
-    def stem(self) -> str:
-        """``ecosystem`` for the full table, ``ecosystem-<a>+<b>`` for a subset."""
-        return "ecosystem" if self.engines is None else "ecosystem-" + "+".join(sorted(self.engines))
 
 
 def run_all(

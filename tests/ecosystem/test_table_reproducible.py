@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from specgate import ecosystem
-from specgate.ecosystem import budgets
 from specgate.models import PROJECT_ROOT, cache_dir
 from tests.ecosystem.engines import ORACLE, engine_folder, unavailable_engine, wrong_engine
 
@@ -146,9 +145,9 @@ def test_the_command_line_publishes_only_the_full_table(tmp_path: Path) -> None:
 
 
 def test_budgets_scale_with_the_measured_cost_and_the_machines_load(tmp_path: Path) -> None:
+    from specgate.ecosystem import budgets
+
     folder = engine_folder(tmp_path, "measured", ORACLE)
-    with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
-        toml.write("")
     text = (folder / "engine.toml").read_text(encoding="utf-8")
     (folder / "engine.toml").write_text(text.replace("[ci]", "cost = 100\n[ci]"), encoding="utf-8")
     spec = ecosystem.EngineSpec.load(folder)
@@ -164,6 +163,8 @@ def test_budgets_scale_with_the_measured_cost_and_the_machines_load(tmp_path: Pa
 
 
 def test_a_run_without_budget_gives_each_engine_its_scaled_cost(tmp_path: Path) -> None:
+    from specgate.ecosystem import budgets
+
     root = tmp_path / "engines"
     folder = unavailable_engine(root, "measured")
     text = (folder / "engine.toml").read_text(encoding="utf-8")
@@ -182,3 +183,24 @@ def test_a_bad_cost_is_one_line(tmp_path: Path) -> None:
     (folder / "engine.toml").write_text(text.replace("[ci]", 'cost = "fast"\n[ci]'), encoding="utf-8")
     with pytest.raises(ecosystem.EcosystemError, match="cost must be a positive number of seconds"):
         ecosystem.EngineSpec.load(folder)
+
+
+def test_marks_of_reference_disagreements_and_of_confirm_runs_that_did_not_report() -> None:
+    from specgate.ecosystem.confirm import DISAGREE, ConfirmRun, mark, parse
+    from specgate.ecosystem.spec import ConfirmedGroup
+
+    entries = [ConfirmedGroup("decode", "bytes differ", ["lone byte"])]
+    group = {"stage": "decode", "outcome": "fail", "signature": "decode · fail · bytes differ at byte N"}
+    disagreement = {**group, "outcome": "reference-disagreement"}
+    assert mark(disagreement, entries, None)[0] == DISAGREE
+    assert mark(group, entries, None)[0] == ecosystem.FAILS
+    crashed = ConfirmRun("node confirm.mjs", "error", 3, [], "Error: boom")
+    assert mark(group, entries, crashed) == (ecosystem.FAILS, "`node confirm.mjs` error: ['Error: boom']")
+    # Both spellings of the verdict lines (the older scripts print "REPRODUCED  what").
+    said = parse("REPRODUCED  lone byte: engine 'efbfbd'\nnoise\nGONE: other\n")
+    assert said == [("REPRODUCES", "lone byte: engine 'efbfbd'"), ("GONE", "other")]
+    assert mark(group, entries, ConfirmRun("x", "ran", 0, said))[0] == ecosystem.CONFIRMED
+    assert (
+        mark({**group, "stage": "encode"}, entries, ConfirmRun("x", "ran", 0, said))[0]
+        == ecosystem.UNCONFIRMED
+    )
