@@ -306,6 +306,7 @@ def ecosystem(session: nox.Session) -> None:
     scale with each engine's measured cost and the machine's load (``--budget S`` fixes them)."""
     session.install("--upgrade", "pip")
     session.install("-c", LOCK, "-e", ".")
+    ensure_chromium(session)  # wllama runs in headless Chromium
     fetch_models(session, tiny=False)
     session.run(
         "python",
