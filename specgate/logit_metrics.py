@@ -79,6 +79,7 @@ class Comparison:
     top1_agree: float  # fraction of positions where the top tokens agree
     near_ties: int  # disagreements excused as near ties
     disagreements: list[dict[str, Any]]  # the unexcused ones: position, tokens, logits
+    unnamed_top1: int = 0  # positions whose top-1 the engine left unnamed (``specgate.logit_named``)
 
     def metrics(self) -> dict[str, float]:
         return {k: v for k, v in asdict(self).items() if isinstance(v, float)}

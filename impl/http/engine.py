@@ -25,12 +25,15 @@ logits         top-k log-probs per position         top-k per position
 generate       greedy, ids from the log-prob tokens  greedy
 =============  ==================================  ===================================
 
-A server speaks in log-probabilities of its top-k candidates, not logits. The
-``logits`` answer is therefore a ``[n, n_vocab]`` array that holds the top-k
-log-probabilities exactly and spreads the remaining probability mass evenly over
-the other ids: its softmax reproduces the server's top-k probabilities, so top-1
-agreement and KL over the top-k are measured exactly; nothing outside the top-k
-is claimed.
+A server speaks in log-probabilities of its top-k candidates, not logits. When it
+names every candidate by id, the ``logits`` answer is a ``[n, n_vocab]`` array that
+holds the top-k log-probabilities exactly and spreads the remaining probability mass
+evenly over the other ids (the protocol's top-k form): its softmax reproduces the
+server's top-k probabilities, so top-1 agreement and KL over the top-k are measured
+exactly; nothing outside the top-k is claimed. When it cannot name some candidate
+(llama-cpp-python's text names), the answer is ``impl.named_logprobs.NamedLogprobs``:
+the named ids only, the rest an unnamed remainder — never spread, which would turn
+"unnamed" into "improbable".
 
 A server serves one model: asking about another is declined (``Unsupported``)
 naming the model the server has. Transport failures (connection, HTTP 5xx, the
@@ -53,6 +56,7 @@ from impl.http import vocab
 from impl.http.llama_cpp_python import LlamaCppPythonServer
 from impl.http.llama_server import LlamaServer
 from impl.http.transport import ClientError, HttpClient
+from impl.named_logprobs import NamedLogprobs
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 
 
@@ -125,7 +129,10 @@ class HttpEngine(Engine):
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         server = self._serving(model)
         n_vocab = len(vocab.texts(model.gguf))
-        rows = server.logit_rows(model, [int(i) for i in ids])
+        answer = server.logit_rows(model, [int(i) for i in ids])
+        rows, unnamed = answer if isinstance(answer, tuple) else (answer, "")
+        if unnamed:
+            return NamedLogprobs.from_rows(rows, n_vocab, unnamed)
         return np.stack([_spread(row, n_vocab) for row in rows])
 
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:

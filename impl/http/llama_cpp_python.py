@@ -5,9 +5,14 @@
 It always parses special tokens (``parse_special=False`` is declined when the text
 holds ``<``); it answers detokenized text (ids whose bytes are not valid UTF-8 are
 declined); it has no chat-template endpoint. It names log-prob candidates by their
-text, not their id: texts are mapped back to ids through the GGUF's vocabulary, and a
-text several tokens share (e.g. the empty text of control tokens) cannot be mapped
-and is dropped. It takes prompts as text, so a prompt is spelled from the GGUF's
+text, not their id (a finding about the server: candidates whose texts collide
+overwrite each other in its answer): texts are mapped back to ids through the GGUF's
+vocabulary, and a text several tokens share (the empty text of every control token,
+a piece of a split character) names no id — the answer then says which candidates
+went unnamed, and their probability stays an unnamed remainder, never spread over the
+vocabulary (``impl.named_logprobs``). With ``echo``, its ``token_logprobs[i]`` and
+``top_logprobs[i]`` describe the distribution *after* token i (OpenAI's define them
+as the one before it, i.e. predicting token i): the adapter reads them so. It takes prompts as text, so a prompt is spelled from the GGUF's
 vocabulary (control tokens written out) and sent only when the server's own
 tokenization of that text gives back exactly the ids (else declined). Its
 detokenizer (0.3.36) drops every piece longer than 32 bytes, which shows in
@@ -16,6 +21,7 @@ detokenizer (0.3.36) drops every piece longer than 32 bytes, which shows in
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,15 +69,17 @@ class LlamaCppPythonServer:
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         raise Unsupported("llama-cpp-python's server has no chat-template endpoint")
 
-    def logit_rows(self, model: ModelRef, ids: list[int]) -> list[dict[int, float]]:
-        """Top-k log-probs after each position. ``echo`` returns every position but the
-        first (the OpenAI shape leaves it null), so position 0 is asked on its own."""
+    def logit_rows(self, model: ModelRef, ids: list[int]) -> tuple[list[dict[int, float]], str]:
+        """Top-k log-probs after each position, and why some candidates have no id ("" when
+        every candidate was named). ``echo`` returns every position but the first (the
+        OpenAI shape leaves it null), so position 0 is asked on its own."""
         rows: list[dict[int, float]] = []
+        unnamed: collections.Counter[str] = collections.Counter()
         first = self.client.post(
             "/v1/completions",
             {"prompt": self._prompt_text(model, ids[:1]), "max_tokens": 1, "logprobs": self.top_k, **GREEDY},
         )
-        rows.append(self._by_id(model, first["choices"][0]["logprobs"]["top_logprobs"][0]))
+        rows.append(self._by_id(model, first["choices"][0]["logprobs"]["top_logprobs"][0], unnamed))
         if len(ids) > 1:
             out = self.client.post(
                 "/v1/completions",
@@ -84,8 +92,14 @@ class LlamaCppPythonServer:
                 },
             )
             tops = out["choices"][0]["logprobs"]["top_logprobs"]
-            rows += [self._by_id(model, tops[i]) for i in range(1, len(ids))]
-        return rows
+            rows += [self._by_id(model, tops[i], unnamed) for i in range(1, len(ids))]
+        if not unnamed:
+            return rows, ""
+        shown = ", ".join(f"{t!r} ×{n}" for t, n in unnamed.most_common(4))
+        return rows, (
+            f"llama-cpp-python names log-prob candidates by their text, and {sum(unnamed.values())} "
+            f"candidates had a text several ids share ({shown}): their probability is left unnamed"
+        )
 
     def generate(
         self, model: ModelRef, ids: Sequence[int], max_tokens: int, stop: list[str]
@@ -140,7 +154,9 @@ class LlamaCppPythonServer:
             )
         return text
 
-    def _by_id(self, model: ModelRef, top: dict[str, float] | None) -> dict[int, float]:
+    def _by_id(
+        self, model: ModelRef, top: dict[str, float] | None, unnamed: collections.Counter[str]
+    ) -> dict[int, float]:
         if top is None:
             raise EngineError(f"{NAME}: the server returned no log-probs for a prompt position")
         # The server adds the current token's own entry to each position's top-k:
@@ -151,6 +167,8 @@ class LlamaCppPythonServer:
             token = vocab.unique_id(model.gguf, text)
             if token is not None:
                 out[token] = float(logprob)
+            else:
+                unnamed[text] += 1
         return out
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.named_logprobs import NamedLogprobs
 from impl.protocol import ModelRef
 
 PROTOCOL = "specgate-jsonl/1"
@@ -122,11 +123,13 @@ def top_k_logits(logits: np.ndarray, k: int) -> dict[str, Any]:
     return {"n_vocab": int(x.shape[1]), "ids": ids, "logits": np.take_along_axis(x, ids, axis=1), "lse": lse}
 
 
-def expand_top_k(answer: dict[str, Any]) -> np.ndarray:
+def expand_top_k(answer: dict[str, Any]) -> np.ndarray | NamedLogprobs:
     """A ``[n, n_vocab]`` float32 array from a ``top_k`` answer: the top-k logits
     exactly; every other id gets the same value, chosen so that the row's
     log-sum-exp equals the engine's. Softmax, top-1 and the log-probs of the top-k
-    are therefore the engine's own; the tail is its mass spread evenly."""
+    are therefore the engine's own; the tail is its mass spread evenly. An answer
+    with ``unnamed`` (the engine could not name every candidate; ids of -1 are empty
+    slots) is kept as it is: ``NamedLogprobs``, the rest an unnamed remainder."""
     try:
         n_vocab, ids = int(answer["n_vocab"]), np.asarray(answer["ids"], dtype=np.int64)
         values, lse = (
@@ -139,8 +142,10 @@ def expand_top_k(answer: dict[str, Any]) -> np.ndarray:
         raise WireError(
             f"bad top_k logits answer: shapes ids {ids.shape}, logits {values.shape}, lse {lse.shape}"
         )
-    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+    if ids.size and (ids.min() < (-1 if answer.get("unnamed") else 0) or ids.max() >= n_vocab):
         raise WireError(f"top_k ids outside the vocabulary of {n_vocab}")
+    if answer.get("unnamed"):  # the engine named only these: no claim about the rest
+        return NamedLogprobs(n_vocab, ids, values - lse[:, None], str(answer["unnamed"]))
     k = ids.shape[1]
     top_mass = np.exp(values - lse[:, None]).sum(axis=1)
     rest = np.maximum(1.0 - top_mass, 1e-30) / max(n_vocab - k, 1)

@@ -31,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from specgate import logit_metrics
+from impl.named_logprobs import NamedLogprobs
+from specgate import logit_metrics, logit_named
 
 EXACT_MAX_ABS_TINY = 3e-4  # measured worst 7.4e-5 (tiny-qwen2-tied-q4_k); 1.2e-5..3.2e-5 on the others
 EXACT_MAX_ABS_REAL = 5e-3  # measured worst 1.3e-3 (qwen2.5-coder-0.5b)
@@ -51,8 +52,33 @@ def exact_tolerance(model_id: str) -> float:
     return EXACT_MAX_ABS_TINY if model_id.startswith("tiny-") else EXACT_MAX_ABS_REAL
 
 
+def answer(got: Any) -> np.ndarray | NamedLogprobs:
+    """The engine's logits answer as the checks take it: a float32 array, or the named
+    log-probabilities of an engine that cannot name every candidate."""
+    return got if isinstance(got, NamedLogprobs) else np.asarray(got, dtype=np.float32)
+
+
+def compare(
+    record: dict[str, Any], positions: list[int], got: np.ndarray | NamedLogprobs, tie_margin: float
+) -> logit_metrics.Comparison:
+    if isinstance(got, NamedLogprobs):
+        return logit_named.compare_named(record, positions, got, tie_margin)
+    return logit_metrics.compare_topk(record, positions, got, tie_margin)
+
+
+def unjudged(got: Any, cmp: logit_metrics.Comparison) -> str | None:
+    """Why a named answer could not be judged at all (every position's top-1 unnamed and
+    nothing the reference ranks named): the case is then refused with that reason."""
+    if not isinstance(got, NamedLogprobs) or cmp.unnamed_top1 < cmp.positions or cmp.kl_max > 0:
+        return None
+    return f"no position can be judged on the candidates the engine names: {got.unnamed}"
+
+
 def well_formed(case: dict[str, Any], got: Any) -> str | None:
-    """None when ``got`` is a finite [len(ids), n_vocab] array; else what is wrong."""
+    """None when ``got`` is a finite [len(ids), n_vocab] array (or a sound named answer);
+    else what is wrong."""
+    if isinstance(got, NamedLogprobs):
+        return logit_named.well_formed(len(case["ids"]), got)
     got = np.asarray(got)
     if got.ndim != 2 or got.shape[0] != len(case["ids"]):
         return f"logits shape {got.shape}, expected [{len(case['ids'])}, n_vocab]"
@@ -72,10 +98,14 @@ def check_exact(
 ) -> tuple[str | None, logit_metrics.Comparison]:
     """None when the engine's logits meet the exact class against transformers; else why not."""
     tol = exact_tolerance(model_id)
-    cmp = logit_metrics.compare_topk(case["hf"], case["positions"], got, tie_margin=2 * tol)
+    cmp = compare(case["hf"], case["positions"], got, tie_margin=2 * tol)
     kl_tol = 0.5 * tol * tol + STORAGE_KL
     problems = []
-    if cmp.max_abs_dlogit > tol:
+    if cmp.max_abs_dlogit > tol and isinstance(got, NamedLogprobs):
+        problems.append(
+            f"max |Δ log-prob| over the named reference top-k {cmp.max_abs_dlogit:.3g} > tolerance {tol:g}"
+        )
+    elif cmp.max_abs_dlogit > tol:
         ids, logprobs, lse = logit_metrics.parse_record(case["hf"])
         ref = logprobs + lse[:, None]
         sel = np.take_along_axis(got[case["positions"]], ids, axis=-1)
@@ -100,10 +130,8 @@ def check_exact(
 
 def check_quantized(case: dict[str, Any], got: np.ndarray) -> tuple[str | None, logit_metrics.Comparison]:
     """None when the engine's logits are within the quantized class's bounds of llama.cpp's."""
-    cmp = logit_metrics.compare_topk(
-        case["llamacpp"], case["positions"], got, tie_margin=QUANTIZED_TIE_MARGIN
-    )
-    top1 = 1.0 - len(cmp.disagreements) / cmp.positions
+    cmp = compare(case["llamacpp"], case["positions"], got, tie_margin=QUANTIZED_TIE_MARGIN)
+    top1 = 1.0 - len(cmp.disagreements) / max(cmp.positions - cmp.unnamed_top1, 1)
     problems = []
     if cmp.kl_mean > QUANTIZED_KL_MEAN:
         problems.append(f"mean KL(llama.cpp‖engine) {cmp.kl_mean:.3g} > {QUANTIZED_KL_MEAN:g}")

@@ -6,7 +6,8 @@
 Each divergence: the request, what the server answers, what llama.cpp gives in-process
 through llama-cpp-python 0.3.36 (``Llama(..., vocab_only=True)``: ``tokenize`` and
 ``llama_token_to_piece`` with a buffer large enough for the piece) on the same GGUF —
-literals below, obtained by running that reference. Exit 0 when every divergence still
+and, for log-probs, ``Llama(..., logits_all=True)``'s scores — literals below, obtained by
+running that reference. Exit 0 when every divergence still
 reproduces, 1 otherwise; one line per divergence. Standalone: stdlib only.
 """
 
@@ -19,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -61,7 +63,55 @@ def tokenize_always_parses_specials(url: str) -> tuple[bool, str]:
     )
 
 
-DIVERGENCES = [detokenize_drops_long_pieces, tokenize_always_parses_specials]
+# The log-prob checks: llama.cpp via llama-cpp-python 0.3.36, Llama(gguf, n_ctx=512, logits_all=True),
+# eval(ids) in one batch, log-softmax of scores in float64 (a server evaluates the prompt the same way;
+# values agree to ~1e-6, the bound LOGPROB_TOL leaves room for a different CPU's kernels).
+LOGPROB_TOL = 0.5
+CHAT = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\nHi! How can I help you today?"
+# After the final "?" (position 19), llama.cpp's top-40 holds two control tokens, both detokenized as "":
+IM_END_LOGPROB = -0.0188  # <|im_end|> (151645), the top candidate
+IM_START_LOGPROB = -11.4133  # <|im_start|> (151644), the other "" in the top-40
+PROMPT = "def fib(n):\n    return"  # ids [750, 15801, 1445, 982, 262, 470]
+# token 2, "(n" (1445): OpenAI's token_logprobs[2] is log P("(n" | "def fib") = the distribution after
+# token 1 at 1445; the distribution after token 2 (which predicts token 3) gives 1445 a far lower value.
+OPENAI_TOKEN_LOGPROB_2 = -0.3700
+AFTER_TOKEN_LOGPROB_2 = -14.3201
+
+
+def echo(url: str, prompt: str, logprobs: int) -> dict:
+    body = {"prompt": prompt, "max_tokens": 1, "echo": True, "logprobs": logprobs, "temperature": 0.0}
+    return post(url, "/v1/completions", body)["choices"][0]["logprobs"]
+
+
+def candidate_names_collide(url: str) -> tuple[bool, str]:
+    top = echo(url, CHAT, 40)["top_logprobs"][19]
+    got = top.get("")
+    reproduced = got is not None and abs(got - IM_START_LOGPROB) < LOGPROB_TOL < abs(got - IM_END_LOGPROB)
+    return reproduced, (
+        f'/v1/completions logprobs=40 echo, after {CHAT[-10:]!r}: the server\'s one "" candidate is {got}, '
+        f"llama.cpp in-process has <|im_end|> at {IM_END_LOGPROB} and <|im_start|> at {IM_START_LOGPROB} "
+        f'(candidates are named by text; every control token is "" and the later overwrites the first)'
+    )
+
+
+def echo_token_logprobs_one_position_off(url: str) -> tuple[bool, str]:
+    got = echo(url, PROMPT, 1)["token_logprobs"][2]
+    reproduced = got is not None and abs(got - AFTER_TOKEN_LOGPROB_2) < LOGPROB_TOL < abs(
+        got - OPENAI_TOKEN_LOGPROB_2
+    )
+    return reproduced, (
+        f"/v1/completions echo {PROMPT!r}: token_logprobs[2] (token '(n') is {got}; llama.cpp in-process: "
+        f"log P('(n' | 'def fib') = {OPENAI_TOKEN_LOGPROB_2} (OpenAI's definition), {AFTER_TOKEN_LOGPROB_2} "
+        f"under the distribution after '(n' itself (one position off)"
+    )
+
+
+DIVERGENCES = [
+    detokenize_drops_long_pieces,
+    tokenize_always_parses_specials,
+    candidate_names_collide,
+    echo_token_logprobs_one_position_off,
+]
 
 
 def free_port() -> int:
@@ -83,13 +133,17 @@ def started_server(model: str) -> Iterator[str]:
         "--port",
         str(port),
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    # stderr to a file: llama.cpp's load log outgrows a pipe's buffer, and a full pipe nobody reads
+    # stalls the server before it listens
+    log = tempfile.TemporaryFile()  # noqa: SIM115 — closed in the finally below, after the server
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
         while True:
             if proc.poll() is not None:
-                sys.exit(f"confirm: the server exited ({proc.returncode}): {proc.stderr.read()[-800:]!r}")
+                log.seek(0)
+                sys.exit(f"confirm: the server exited ({proc.returncode}): {log.read()[-800:]!r}")
             try:
                 urllib.request.urlopen(url + "/v1/models", timeout=2).read()
                 break
@@ -101,6 +155,7 @@ def started_server(model: str) -> Iterator[str]:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait()
+        log.close()
 
 
 def main() -> int:
