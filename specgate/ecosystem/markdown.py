@@ -134,4 +134,29 @@ def engine_markdown(row: EngineRun) -> list[str]:
             lines += [heading, "", f"**{status}**: {why}", *body[1:]]
     elif row.reports:
         lines += ["", "No failures, errors or reference disagreements."]
+    return lines + confirm_markdown(row)
+
+
+#: Characters of each confirm line the table shows.
+CONFIRM_LINE_CHARS = 300
+
+
+def confirm_markdown(row: EngineRun) -> list[str]:
+    """What the engine's confirm script said, every line (linked to a group or not)."""
+    run = row.confirm
+    if run is None:
+        return []
+    held = sum(verdict == "REPRODUCES" for verdict, _ in run.lines)
+    lines = [
+        "",
+        f"Hand reproductions through the engine's own API (`{run.command}`, {run.status}"
+        + (f", exit {run.exit_code}" if run.exit_code is not None else "")
+        + f"): {held} of {len(run.lines)} reproduce.",
+        "",
+    ]
+    for verdict, rest in run.lines:
+        shown = rest if len(rest) <= CONFIRM_LINE_CHARS else rest[:CONFIRM_LINE_CHARS] + "…"
+        lines.append(f"- {verdict}: {shown}")
+    if run.status != "ran" and run.output.strip():
+        lines += ["", "```", run.output.strip()[-MESSAGE_CHARS:], "```"]
     return lines

@@ -65,6 +65,10 @@ def test_each_published_root_cause_is_marked_by_its_confirm_script(tmp_path: Pat
     confirmed = markdown.split("\n## confirmed\n", 1)[1].split("\n## ", 1)[0]
     assert "**confirmed**: `python" in confirmed and "confirm.py` reproduces it" in confirmed
     assert "hand reproduction fails" not in confirmed
+    # Every line the confirm script printed is shown with the engine, linked to a group or not.
+    assert "): 1 of 1 reproduce." in confirmed
+    assert "- REPRODUCES: encode answers [0]: engine [0] vs reference [9707]" in confirmed
+    assert "): 0 of 1 reproduce." in gone
     html = (tmp_path / "reports" / "ecosystem.html").read_text(encoding="utf-8")
     assert "hand reproduction fails: not published as the engine&#x27;s defect" in html
 
