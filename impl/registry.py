@@ -24,10 +24,33 @@ BUILTINS: dict[str, str] = {
     "tiktoken": "impl.text.engines:TiktokenEngine",
 }
 ENTRY_POINT_GROUP = "specgate.impls"
+#: What a built-in adapter imports that the light install lacks, and the extra installing it.
+NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "hf": (("torch", "transformers", "tokenizers"), "hf"),
+    "llamacpp": (("llama_cpp",), "llamacpp"),
+    "tiktoken": (("tiktoken",), "tiktoken"),
+}
 
 
 class UnknownImpl(LookupError):
     pass
+
+
+class MissingExtra(UnknownImpl):
+    """A built-in adapter whose packages are not installed: a setup error (exit 4)."""
+
+
+def _installed(spec: str) -> None:
+    """Raise ``MissingExtra`` naming the extra to install when ``spec``'s packages are missing."""
+    import importlib.util
+
+    modules, extra = NEEDS.get(spec, ((), ""))
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise MissingExtra(
+            f"--impl {spec} needs {', '.join(missing)}, not installed here: pip install 'specgate[{extra}]' "
+            f"(or run it through nox -s parity -- --impl {spec}, which installs it)"
+        )
 
 
 def _load_class(target: str) -> type[Engine]:
@@ -55,6 +78,7 @@ def resolve(spec: str) -> Engine:
 
         return HttpEngine(spec[len("http:") :])
     if spec in BUILTINS:
+        _installed(spec)
         return _load_class(BUILTINS[spec])()
     if ":" in spec:
         return _load_class(spec)()
@@ -84,6 +108,7 @@ def check(spec: str) -> None:
         if spec.startswith(("cmd:", "http:")):
             engine = resolve(spec)
         elif spec in BUILTINS or ":" in spec:
+            _installed(spec)
             _load_class(BUILTINS.get(spec, spec))
             return
         elif any(ep.name == spec for ep in entry_points(group=ENTRY_POINT_GROUP)):

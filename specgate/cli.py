@@ -9,6 +9,7 @@ specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a mod
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
+specgate report summary MD...  print Markdown reports with their PNGs embedded (for $GITHUB_STEP_SUMMARY)
 specgate search --impl NAME      differential search beyond the corpus [--stages --models --budget --seed]
 """
 
@@ -152,11 +153,17 @@ def _repro(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON report."""
+    """``report merge``: the shards' JSON reports as one matrix and one Markdown/JSON/HTML/JUnit
+    XML report (and the PNG with the ``report`` extra); ``report summary``: Markdown reports
+    with their pictures embedded."""
     from pathlib import Path
 
-    from specgate import report
+    from specgate import report, report_junit, report_summary
 
+    if args.action == "summary":
+        for name in args.files:
+            print(report_summary.embedded(Path(name)))
+        return 0
     try:
         merged = report.merge([Path(p) for p in args.files])
     except report.MergeError as exc:
@@ -166,7 +173,8 @@ def _report(args: argparse.Namespace) -> int:
     print(report.matrix_text(merged.records))
     for problem in merged.verdict:
         print(f"specgate: RUN FAILS — {problem}")
-    for path in report.write_reports(merged, args.out):
+    junit = Path(args.out) / f"{report.report_stem(merged.impl)}.xml"
+    for path in [*report.write_reports(merged, args.out), report_junit.write(merged.records, junit)]:
         print(f"report: {path}")
     return 1 if merged.verdict or any(r.outcome in ("fail", "error") for r in merged.records) else 0
 
@@ -188,8 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--impl", required=True)
     r.set_defaults(func=_repro)
     rp = sub.add_parser("report", help="parity reports")
-    rp.add_argument("action", choices=["merge"])
-    rp.add_argument("files", nargs="+", help="the shards' JSON reports (parity-*-shard-I-of-N.json)")
+    rp.add_argument("action", choices=["merge", "summary"])
+    rp.add_argument(
+        "files",
+        nargs="+",
+        help="merge: the shards' JSON reports (parity-*-shard-I-of-N.json); summary: Markdown reports "
+        "to print with their PNG pictures embedded as data: URIs (for $GITHUB_STEP_SUMMARY)",
+    )
     rp.add_argument("--out", default="reports", help="where the merged report is written")
     rp.set_defaults(func=_report)
     from specgate.search.cli import add_parser as add_search_parser

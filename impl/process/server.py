@@ -24,7 +24,7 @@ import numpy as np
 
 from impl.process import schema, wire
 from impl.protocol import Engine, Unsupported
-from impl.registry import UnknownImpl, resolve
+from impl.registry import MissingExtra, UnknownImpl, resolve
 
 
 def _claim_stdout() -> IO[str]:
@@ -109,7 +109,7 @@ def serve(impl: str | Engine, stdin: Iterable[bytes] | None = None, stdout: IO[s
         engine = resolve(impl) if isinstance(impl, str) else impl
     except UnknownImpl as exc:
         print(f"specgate engine: {exc}", file=sys.stderr)
-        return 2
+        return 4 if isinstance(exc, MissingExtra) else 2
     hello = {
         "protocol": wire.PROTOCOL,
         "engine": engine.name,
