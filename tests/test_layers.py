@@ -22,7 +22,13 @@ LAYERS = ("oracle", "impl", "specgate")
 ORACLE_MAY_IMPORT = {"numpy", "regex", "jinja2", "gguf", "oracle", "__future__"}
 ECOSYSTEM = ROOT / "impl" / "ecosystem"
 # Each ecosystem folder's engine package, by its import name (a new folder must add itself).
-ECOSYSTEM_ENGINE_IMPORTS = {"minijinja": {"minijinja"}, "tokie": {"tokie"}, "llama_cpp_server": {"llama_cpp"}}
+ECOSYSTEM_ENGINE_IMPORTS = {
+    "minijinja": {"minijinja"},
+    "tokie": {"tokie"},
+    "llama_cpp_server": {"llama_cpp"},
+    "llama_cpp_chat_format": {"llama_cpp"},
+    "llama_cpp_builtin_template": {"llama_cpp"},
+}
 ECOSYSTEM_SHARED = {"jsonl_engine", "divergences", "__future__"}
 
 

@@ -56,3 +56,45 @@ def engine_unavailable(why: str) -> None:
     from specgate.plugin import setup_missing
 
     setup_missing(why, remedy="nox -s live installs it: see reports/ecosystem-install.json")
+
+
+#: A protocol engine whose every encode answer is [0]: each gated case fails, one root cause.
+WRONG_ADAPTER = """import json, sys
+print(json.dumps({"protocol": "specgate-jsonl/1", "engine": "wrong", "version": "1",
+                  "capabilities": ["encode"]}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "shutdown":
+        break
+    print(json.dumps({"id": request["id"], "result": [0]}), flush=True)
+"""
+
+
+def wrong_engine(root: Path, key: str, confirm_says: str | None = None) -> Path:
+    """An engine folder whose adapter answers every encode with [0]; with ``confirm_says``
+    ("REPRODUCES" or "GONE") a confirm script printing that verdict for the divergence
+    "encode answers [0]", which ``[[confirm.groups]]`` ties to the encode failures."""
+    folder = engine_folder(root, key, "cmd:{python} {here}/adapter.py", stages=("encode",))
+    (folder / "adapter.py").write_text(WRONG_ADAPTER, encoding="utf-8")
+    if confirm_says is not None:
+        (folder / "confirm.py").write_text(
+            f"print({confirm_says + ': encode answers [0]: engine [0] vs reference [9707]'!r})\n"
+            f"raise SystemExit({0 if confirm_says == 'REPRODUCES' else 1})\n",
+            encoding="utf-8",
+        )
+        with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
+            toml.write(
+                '[confirm]\ncommand = "{python} {here}/confirm.py"\n[[confirm.groups]]\nstage = "encode"\n'
+                'signature = "ids differ"\ndivergences = ["encode answers [0]"]\n'
+            )
+    return folder
+
+
+def unavailable_engine(root: Path, key: str) -> Path:
+    """An engine folder that says it cannot run here: a row, never installed or gated."""
+    folder = engine_folder(root, key, ORACLE)
+    text = (folder / "engine.toml").read_text(encoding="utf-8")
+    (folder / "engine.toml").write_text(
+        text.replace("[ci]", 'unavailable = "needs a GPU this machine lacks"\n[ci]'), encoding="utf-8"
+    )
+    return folder

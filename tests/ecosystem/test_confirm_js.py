@@ -20,7 +20,7 @@ import pytest
 from tests.ecosystem.engines import engine_unavailable
 
 ECOSYSTEM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem"
-JS_ENGINES = ["hf_jinja", "hf_tokenizers", "node_llama_cpp"]
+JS_ENGINES = ["hf_jinja", "hf_tokenizers", "node_llama_cpp", "transformers_js", "lenml_tokenizers"]
 MISSING_MODEL = 2
 TIMEOUT_SECONDS = 900  # node_llama_cpp loads the 0.5B model and generates on a shared 2-core machine
 

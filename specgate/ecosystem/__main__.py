@@ -1,0 +1,3 @@
+from specgate.ecosystem.cli import run
+
+run()
