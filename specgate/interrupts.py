@@ -85,7 +85,7 @@ def after_shrinking(config: pytest.Config, state: Any) -> None:
     if handler.session.exitstatus != EXIT_INTERRUPTED:
         handler.session.exitstatus = EXIT_INTERRUPTED
         state.verdict.append(
-            "INTERRUPTED (Ctrl-C) while shrinking reproducers: every case was gated; "
+            "INTERRUPTED (Ctrl-C) while diagnosing or shrinking reproducers: every case was gated; "
             "groups not shrunk yet have no reproducer"
         )
 

@@ -158,7 +158,9 @@ CSS = """
 
 JS = """
 const caseBrowser = (() => {
-  const rows = JSON.parse(document.getElementById('case-data').textContent);
+  const data = document.getElementById('case-data');
+  if (!data) return null;  // a page without the case table (its filters still work)
+  const rows = JSON.parse(data.textContent);
   const body = document.querySelector('#cases tbody');
   const esc = s => String(s).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'})[c]);
   const firstLine = m => m.split('\\n')[0].replace(/^\\[[^\\]]*\\][^:]*: /, '').slice(0, 300);  // without the case prefix

@@ -60,7 +60,7 @@ function applyFilters() {
     group.hidden = !show; if (show) groups++;
   }
   document.getElementById('shown').textContent = rows + ' rows, ' + groups + ' groups shown';
-  caseBrowser.apply(want);
+  if (caseBrowser) caseBrowser.apply(want);
   const hash = Object.entries(want).filter(([, v]) => v).map(([k, v]) => k + '=' + encodeURIComponent(v)).join('&');
   history.replaceState(null, '', hash ? '#' + hash : location.pathname);
 }

@@ -612,9 +612,14 @@ def examine(
 
     engine = resolve(impl)
     try:
-        diagnoses = (
-            Diagnoser(engine, case_input, model_for, diagnose_budget).diagnose(records) if diagnosable else []
-        )
+        try:
+            diagnoser = Diagnoser(engine, case_input, model_for, diagnose_budget)
+            diagnoses = diagnoser.diagnose(records) if diagnosable else []
+        except KeyboardInterrupt:  # Ctrl-C while diagnosing: nothing diagnosed, nothing shrunk
+            groups = group_records(records)
+            for group in groups:
+                group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
+            return groups
         groups = group_records(records, diagnoses)
         shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:

@@ -109,9 +109,6 @@ class Diagnoser:
                 continue
             try:
                 found += self._row(stage, model_id, row, deadline)
-            except KeyboardInterrupt:  # Ctrl-C: no more diagnosing; what was found stands
-                self.notes.append("interrupted (Ctrl-C): the remaining rows are not diagnosed")
-                break
             except Exception as exc:  # a diagnosis is a courtesy: the verdict stands without it
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed ({type(exc).__name__}: {str(exc)[:200]})"
