@@ -119,6 +119,11 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         rows = max(len(fields.get("ids", ())), 1)
         # The full float32 array (base64: 4/3 of 4 bytes a logit) is the larger form.
         return rows * vocab * 6 + slack
+    if op == "trace":
+        # Each point's rows at most the vocabulary wide (result_output; the others are narrower),
+        # as float32 in base64 (the larger of the two array forms).
+        rows = len(fields.get("positions") or ()) or max(len(fields.get("ids", ())), 1)
+        return max(len(fields.get("points", ())), 1) * rows * vocab * 6 + slack
     if op == "sample":
         width = logits_width(fields.get("logits"))
         steps = len(fields.get("params", {}).get("chain", ())) or 5

@@ -67,10 +67,14 @@ def test_an_engine_answering_zero_has_nothing_in_the_disagree_column(tmp_path: P
     assert run.status == 1, run.output[-3000:]
     cases = encode_cases()
     assert not any(c["ids"] == [0] for c in cases.values())  # no case's reference answer is [0]
-    assert run.outcomes() == {"fail": len(cases)}, run.outcomes()
+    # every case fails, or errors where [0] is more ids than the text has bytes (impl.bounds)
+    counts = run.outcomes()
+    assert set(counts) <= {"fail", "error"} and sum(counts.values()) == len(cases), counts
     row = next(r for r in run.report["matrix"] if r["stage"] == "encode" and r["model"] == VOCAB)
     assert row.get("reference-disagreement", 0) == 0, row
-    disputed = [c for c in by_case(run).items() if "disagreement" in cases[c[0]]]
+    disputed = [
+        c for c in by_case(run).items() if "disagreement" in cases[c[0]] and c[1]["outcome"] == "fail"
+    ]
     assert len(disputed) >= 20
     assert all("matches none of them" in c["message"] for _, c in disputed), disputed[0]
 
@@ -112,8 +116,13 @@ def test_decode_asks_past_the_vocabulary_and_an_aborting_engine_fails(tmp_path: 
     )
     assert run.status == 1, run.output[-3000:]
     outcomes = by_case(run)
-    assert {cid for cid, c in outcomes.items() if c["outcome"] == "error"} == outside, run.outcomes()
-    assert all(c["outcome"] == "pass" for cid, c in outcomes.items() if cid not in outside), run.outcomes()
+    errors = {cid for cid, c in outcomes.items() if c["outcome"] == "error"}
+    # the engine dies on each id past the vocabulary it is asked; three deaths in a row cut the
+    # row short (the rest of it is an error, not asked: specgate.run.crashloop)
+    asked = {cid for cid in errors if "not asked" not in outcomes[cid]["message"]}
+    assert asked and asked <= outside, sorted(asked - outside)
+    assert all("not asked" in outcomes[cid]["message"] for cid in errors - outside)
+    assert all(c["outcome"] == "pass" for cid, c in outcomes.items() if cid not in errors), run.outcomes()
 
     served = "cmd:" + shlex.join([sys.executable, "-m", "specgate.cli", "engine", "--impl", "oracle"])
     oracle = run_parity(tmp_path / "oracle", served, "decode", VOCAB, "-k", "edge")
