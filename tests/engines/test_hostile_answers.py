@@ -28,7 +28,7 @@ from impl.process.client import CmdEngine
 from impl.protocol import EngineError, ModelRef
 from specgate import models as model_cache
 from specgate import report_html
-from specgate.plugin import model_missing
+from specgate.plugin import model_missing, setup_missing
 from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 HOSTILE = Path(__file__).resolve().parent / "hostile_engine.py"
@@ -363,7 +363,7 @@ def test_a_malformed_page_link_leaves_the_filters_working(tmp_path: Path) -> Non
     The page's own script runs in node with a minimal DOM."""
     node = shutil.which("node")
     if node is None:
-        pytest.skip("no node to run the page's script")
+        setup_missing("no node to run the page's script", "install Node.js (the machine's node 20)")
     payload = {
         "impl": "x",
         "coverage": {"pass": 1, "fail": 1},
