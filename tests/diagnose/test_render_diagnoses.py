@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose.render import CATALOGUE
-from tests.engines.parity_run import run_parity, script_impl
+from tests.diagnose.planted import diagnosed
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_template.py"
 MODEL = "qwen3-vocab"
@@ -52,14 +52,8 @@ def test_every_render_hypothesis_of_the_catalogue_is_planted_here() -> None:
 def test_a_planted_render_bug_is_diagnosed_by_name(
     tmp_path: Path, defects: str, named: set[str], not_named: set[str], model: str
 ) -> None:
-    run = run_parity(
-        tmp_path, script_impl(ENGINE, f"--defects={defects}"), "render", model,
-        "--shrink-budget", "0", "--diagnose-budget", "600",
-    )  # fmt: skip
-    assert run.status == 1, run.output[-3000:]
+    run, found = diagnosed(tmp_path, ENGINE, defects, "render", model, CAUSE)
     groups = run.report["groups"]
-    diagnoses = {g["diagnosis"] for g in groups if g.get("diagnosis")}
-    found = {name for name, cause in CAUSE.items() if any(cause in d for d in diagnoses)}
     assert found >= named, f"{defects}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
     assert not found & not_named, f"{defects}: a look-alike was diagnosed: {sorted(found & not_named)}"
     for g in groups:

@@ -1,0 +1,22 @@
+"""A planted engine gated with the diagnosis on, and the catalogue names its report gives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from tests.engines.parity_run import ParityRun, run_parity, script_impl
+
+
+def diagnosed(
+    tmp_path: Path, engine: Path, defects: str, stages: str, model: str, causes: Mapping[str, str]
+) -> tuple[ParityRun, set[str]]:
+    """Gate ``engine --defects=<defects>`` (a real ``cmd:`` process) on ``stages`` of ``model``
+    without shrinking; the run and the names of ``causes`` its groups' diagnoses carry."""
+    run = run_parity(
+        tmp_path, script_impl(engine, f"--defects={defects}"), stages, model,
+        "--shrink-budget", "0", "--diagnose-budget", "600",
+    )  # fmt: skip
+    assert run.status == 1, run.output[-3000:]
+    diagnoses = {g["diagnosis"] for g in run.report["groups"] if g.get("diagnosis")}
+    return run, {name for name, cause in causes.items() if any(cause in d for d in diagnoses)}
