@@ -72,6 +72,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
     group.addoption(
+        "--report-name",
+        default="",
+        help="NAME: the report files' stem is made from NAME instead of --impl (e.g. a server's "
+        "engine name, so a loopback port never names a file)",
+    )
+    group.addoption(
         "--shard",
         default="",
         help="I/N: run only shard I of N of the gate cases (cost-balanced; specgate report merge joins them)",
@@ -179,6 +185,7 @@ class SpecgateSession:
     groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
     snapshot_root: Any = None  # the run's snapshot directory (``snapshots.root_of``), set at configure
     shard: tuple[int, int] | None = None  # --shard I/N: (I, N)
+    report_name: str = ""  # --report-name: the report stem's source instead of the impl string
     models: dict[str, ModelRef] = field(default_factory=dict)  # --model spec or user GGUF id -> ModelRef
     references: dict[str, Engine] = field(default_factory=dict)  # live reference adapters, loaded once
     snapshots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (model, stage) -> cases
@@ -222,6 +229,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _running[0] = config.stash[SESSION]
     interrupts.install(config)  # Ctrl-C: the first stops the run with a report, the second exits
     config.stash[SESSION].shard = chosen_shard(config.getoption("--shard"))
+    config.stash[SESSION].report_name = config.getoption("--report-name")
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
     config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
@@ -234,7 +242,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.makedirs(config.getoption("--report-dir"), exist_ok=True)
         config.option.xmlpath = os.path.join(
             config.getoption("--report-dir"),
-            f"{report_stem(config.getoption('--impl'), config.stash[SESSION].shard)}.xml",
+            f"{report_stem(config.getoption('--report-name') or config.getoption('--impl'), config.stash[SESSION].shard)}.xml",
         )
 
 

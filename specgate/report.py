@@ -93,7 +93,9 @@ def matrix_text(records: list[Any]) -> str:
 def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     out = Path(report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / report_stem(results.impl, getattr(results, "shard", None))
+    stem = out / report_stem(
+        getattr(results, "report_name", "") or results.impl, getattr(results, "shard", None)
+    )
     table = tally(results.records)
     mets = metrics_summary(results.records)
     causes = getattr(results, "groups", None) or triage.group_records(results.records)

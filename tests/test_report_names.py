@@ -69,3 +69,34 @@ def test_the_junit_xml_takes_the_same_stem(tmp_path: Path):
     )
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / f"{report_stem('oracle')}.xml").exists(), sorted(tmp_path.iterdir())
+
+
+def test_a_report_name_replaces_the_port_in_every_file_name(tmp_path: Path):
+    """``--report-name`` (the ecosystem runner passes a server engine's key): every report
+    file — Markdown, JSON and the JUnit XML — is named from it, so a loopback port never
+    names a committed file; the impl string is still the report's title."""
+    impl = "http:http://127.0.0.1:8080"
+    session = SpecgateSession(
+        impl=impl, report_name="llama_cpp_server", records=[GateRecord("encode", "m", "pass", "t")]
+    )
+    written = write_reports(session, tmp_path)
+    assert written and all(p.name.startswith(report_stem("llama_cpp_server")) for p in written), written
+    assert all("8080" not in p.name for p in written)
+    assert impl in next(p for p in written if p.suffix == ".md").read_text(encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_verdict_rules.py", "-q", "-p", "no:cacheprovider",
+         "-k", "first_difference", "--impl", "oracle", "--report-name", "named", "--parity-junit",
+         "--report-dir", str(tmp_path / "run")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert (tmp_path / "run" / f"{report_stem('named')}.xml").exists(), sorted((tmp_path / "run").iterdir())
+
+
+def test_the_ecosystem_names_a_server_engines_reports_by_its_key():
+    from specgate.ecosystem.gating import gate_command
+
+    command = gate_command(
+        "http:http://127.0.0.1:40123", ["encode"], ["m"], Path("out"), [], "llama_cpp_server"
+    )
+    assert command[command.index("--report-name") + 1] == "llama_cpp_server"

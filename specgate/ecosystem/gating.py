@@ -29,8 +29,10 @@ from specgate.models import PROJECT_ROOT
 
 
 def gate_command(
-    impl: str, stages: list[str], models: list[str], report_dir: Path, extra: list[str]
+    impl: str, stages: list[str], models: list[str], report_dir: Path, extra: list[str], name: str = ""
 ) -> list[str]:
+    """The gate run's command line; ``name`` (a server engine's key) names its report
+    files instead of the impl string, which carries the server's port."""
     return [
         sys.executable,
         "-m",
@@ -47,6 +49,7 @@ def gate_command(
         ",".join(models),
         "--report-dir",
         str(report_dir),
+        *(["--report-name", name] if name else []),
         *extra,
     ]
 
@@ -225,7 +228,12 @@ def gate_batch(
                 stack.enter_context(running_server(spec, models[0], report_dir / "server.log", deadline))
             )
         impl = spec.fill(spec.impl, quote=not spec.impl.startswith("http:"), **values)
-        status = run_gates(gate_command(impl, stages, models, report_dir, extra), log, deadline, env)
+        status = run_gates(
+            gate_command(impl, stages, models, report_dir, extra, spec.key if spec.server else ""),
+            log,
+            deadline,
+            env,
+        )
     if not list(report_dir.glob("parity-*.json")):
         return f"pytest exited {status} without a report: {why_stopped(log)}"
     return ""
