@@ -1,4 +1,4 @@
-"""syrupy extensions for the suite's own outputs kept as readable files, one per test, in
+"""syrupy extensions for the suite's own outputs kept as readable Markdown and JSON files, one per test, in
 the test's ``__snapshots__/<test module>/`` folder (``pytest --snapshot-update`` rewrites
 them). The reference snapshots under ``snapshots/`` are not these: they are specgate's own
 format, recorded from the references with ``--record-references``."""
@@ -16,8 +16,3 @@ class MarkdownFile(SingleFileSnapshotExtension):
 class JsonFile(SingleFileSnapshotExtension):
     _write_mode = WriteMode.TEXT
     file_extension = "json"
-
-
-class HtmlFile(SingleFileSnapshotExtension):
-    _write_mode = WriteMode.TEXT
-    file_extension = "html"

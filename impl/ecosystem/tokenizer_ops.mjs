@@ -14,7 +14,7 @@
 
 import { existsSync } from "node:fs";
 import { join } from "node:path";
-import { Refusal, SetupError } from "./jsonl.mjs";
+import { Refusal, SetupError, serve } from "./jsonl.mjs";
 
 /** The folder `specgate models export` wrote for `modelId` under $SPECGATE_EXPORT_DIR, once each of
  * `names` is there (else a SetupError naming the command that writes it). */
@@ -84,4 +84,11 @@ export function tokenizerOps(label, load) {
   }
 
   return { encode, decode, render };
+}
+
+/** Serve `engine` (its `version`, read by the adapter from its own node_modules) with the three
+ * ops above until shutdown. */
+export async function serveTokenizer(engine, version, load) {
+  const ops = ["encode", "decode", "render"];
+  await serve({ engine, version, capabilities: ops, ops }, tokenizerOps(engine, load));
 }

@@ -14,8 +14,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { TokenizerLoader } from "@lenml/tokenizers";
-import { packageVersion, serve } from "../jsonl.mjs";
-import { exportedDir, tokenizerOps } from "../tokenizer_ops.mjs";
+import { packageVersion } from "../jsonl.mjs";
+import { exportedDir, serveTokenizer } from "../tokenizer_ops.mjs";
 
 function load(model) {
   const dir = exportedDir(model.id);
@@ -25,12 +25,4 @@ function load(model) {
   return TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
 }
 
-await serve(
-  {
-    engine: "@lenml/tokenizers",
-    version: packageVersion(import.meta.resolve("@lenml/tokenizers")),
-    capabilities: ["encode", "decode", "render"],
-    ops: ["encode", "decode", "render"],
-  },
-  tokenizerOps("@lenml/tokenizers", load),
-);
+await serveTokenizer("@lenml/tokenizers", packageVersion(import.meta.resolve("@lenml/tokenizers")), load);

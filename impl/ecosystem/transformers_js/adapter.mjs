@@ -15,8 +15,8 @@
 
 import { dirname } from "node:path";
 import { AutoTokenizer, env } from "@huggingface/transformers";
-import { packageVersion, serve } from "../jsonl.mjs";
-import { exportedDir, tokenizerOps } from "../tokenizer_ops.mjs";
+import { packageVersion } from "../jsonl.mjs";
+import { exportedDir, serveTokenizer } from "../tokenizer_ops.mjs";
 
 function load(model) {
   env.allowRemoteModels = false;
@@ -24,12 +24,4 @@ function load(model) {
   return AutoTokenizer.from_pretrained(model.id, { local_files_only: true });
 }
 
-await serve(
-  {
-    engine: "transformers.js",
-    version: packageVersion(import.meta.resolve("@huggingface/transformers")),
-    capabilities: ["encode", "decode", "render"],
-    ops: ["encode", "decode", "render"],
-  },
-  tokenizerOps("transformers.js", load),
-);
+await serveTokenizer("transformers.js", packageVersion(import.meta.resolve("@huggingface/transformers")), load);
