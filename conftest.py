@@ -2,12 +2,16 @@
 --stages, --live-references; the parity matrix), the hypothesis profiles and the
 session's peak-memory line."""
 
+import argparse
+import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from specgate.snapshots import old_record_spelling
 from tests.memory_profile import PeakMemoryProfile, free_unused_memory
 
 pytest_plugins = ["specgate.plugin"]
@@ -20,7 +24,27 @@ settings.register_profile("dev", max_examples=100, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+def pytest_addoption(parser, pluginmanager):
+    """``--snapshot-update`` is syrupy's (the suite's own layout snapshots, ``__snapshots__/``);
+    where syrupy will not load the old spelling of ``--record-references`` still parses, to
+    be refused with one line below rather than as an unknown argument. (This conftest may
+    load before the installed plugins, with ``-p conftest``: syrupy is then still to come.)"""
+    autoload = not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    coming = autoload and not pluginmanager.is_blocked("syrupy") and importlib.util.find_spec("syrupy")
+    if not (pluginmanager.has_plugin("syrupy") or coming):
+        parser.addoption(
+            "--snapshot-update", action="store_true", dest="update_snapshots", help=argparse.SUPPRESS
+        )
+
+
 def pytest_configure(config):
+    if config.getoption("update_snapshots", False):
+        here = config.invocation_params.dir
+        paths = [(here / arg.split("::", 1)[0]).resolve() for arg in config.args]
+        recorders = (Path(__file__).parent / "tests" / "references").resolve()
+        problem = old_record_spelling(paths, recorders, config.pluginmanager.has_plugin("syrupy"))
+        if problem:
+            raise pytest.UsageError(problem)
     config.pluginmanager.register(PeakMemoryProfile(), "specgate-peak-memory")
 
 

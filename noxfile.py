@@ -255,7 +255,7 @@ def snapshots(session: nox.Session) -> None:
         "pytest",
         "tests/references",
         "--live-references",
-        "--snapshot-update",
+        "--record-references",
         *session.posargs,
     )
     junit = Path("reports/snapshots-oracle-recheck.xml")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.loaded import PerModel
-from impl.protocol import Engine, ModelRef
+from impl.protocol import Engine, Messages, ModelRef
 from oracle import gguf
 
 # A parsed 150k-token vocabulary is ~0.1 GB and its tokenizer ~0.05-0.15 GB; the gates walk
@@ -104,11 +104,7 @@ class OracleEngine(Engine):
         )
 
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         from impl.protocol import Unsupported
         from oracle.template import TemplateRefusal

@@ -38,6 +38,10 @@ CONFORMANCE_CLASSES: tuple[str, ...] = ("exact", "quantized")
 
 LOADERS: tuple[str, ...] = ("transformers", "dequantized")
 
+#: A conversation as ``render`` takes it: messages with ``role``, ``content`` and the
+#: template's other fields (``tool_calls``, ``reasoning_content``, ...).
+Messages = Sequence[dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class ModelRef:
@@ -158,11 +162,7 @@ class Engine:
         raise NotImplementedError
 
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         raise NotImplementedError
 

@@ -2,7 +2,7 @@
 
 ``nox -s references-latest`` installs the newest releases of the references
 (unpinned; torch stays at its CPU build), runs the reference re-checks
-(``tests/references --live-references``, without ``--snapshot-update``) with this
+(``tests/references --live-references``, without ``--record-references``) with this
 module loaded as a pytest plugin (``-p specgate.drift --drift-report PATH``), and
 always exits 0 once the report is written: it watches, it never gates CI.
 

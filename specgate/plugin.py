@@ -113,9 +113,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     add_snapshot_dir_option(group)
     group.addoption(
-        "--snapshot-update",
+        "--record-references",
         action="store_true",
-        help="record the reference snapshots from the live references (tests/references) instead of re-checking them",
+        help="record the reference snapshots from the live references (tests/references) instead of re-checking "
+        "them (nox -s snapshots; syrupy's --snapshot-update updates the suite's own layout snapshots)",
     )
 
 
@@ -126,7 +127,7 @@ def add_snapshot_dir_option(group: Any) -> None:
     group.addoption(
         "--snapshot-dir",
         default=None,
-        help="read (and, under --snapshot-update, write) the reference snapshots in this directory "
+        help="read (and, under --record-references, write) the reference snapshots in this directory "
         "instead of the repository's snapshots/ (for your own GGUF)",
     )
 

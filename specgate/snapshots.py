@@ -4,7 +4,7 @@ One JSON file per (model, stage): ``<root>/<model>/<stage>.json`` =
 ``{"provenance": {...}, "cases": {case_id: {inputs..., reference output...}}}``: each
 case carries the inputs it was recorded on, so a gate reads nothing else. They are
 written as plain JSON (``dumps``) by the reference-recording tests
-(``tests/references``, run by ``nox -s snapshots`` with ``--snapshot-update``) and
+(``tests/references``, run by ``nox -s snapshots`` with ``--record-references``) and
 read here by the gates, which need neither torch nor llama.cpp installed. ``<root>`` is the repository's ``snapshots/``, or the directory a
 run names with ``--snapshot-dir`` (a user's own GGUF: its snapshots live outside the
 repository); the root is passed to every function here, never kept in a global.
@@ -215,7 +215,7 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def write(model: ModelRef, stage: str, data: dict[str, Any], root: Path = SNAPSHOT_ROOT) -> Path:
-    """Write one snapshot file (``--snapshot-update`` only)."""
+    """Write one snapshot file (``--record-references`` only)."""
     path = path_for(model.id, stage, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(data), encoding="utf-8")
@@ -223,9 +223,24 @@ def write(model: ModelRef, stage: str, data: dict[str, Any], root: Path = SNAPSH
 
 
 def recording(request: Any) -> bool:
-    """True under ``--snapshot-update`` (``nox -s snapshots``): the reference tests
+    """True under ``--record-references`` (``nox -s snapshots``): the reference tests
     write the snapshots instead of re-checking them."""
-    return bool(request.config.getoption("--snapshot-update"))
+    return bool(request.config.getoption("--record-references"))
+
+
+def old_record_spelling(paths: list[Path], recorders: Path, syrupy_loaded: bool) -> str:
+    """The usage error for ``--snapshot-update`` where it once meant ``--record-references``
+    (before syrupy came back and took the name): without syrupy it updates nothing, and in a
+    run of only the reference recorders (every one of the run's ``paths`` inside
+    ``recorders``, ``tests/references``) it would re-check the references, not record them.
+    Empty where it means syrupy's update of the suite's own layout snapshots."""
+    hint = "to record the reference snapshots pass --record-references (nox -s snapshots does)"
+    if not syrupy_loaded:
+        return f"--snapshot-update updates syrupy's layout snapshots and syrupy is not loaded; {hint}"
+    inside = [p == recorders or recorders in p.parents for p in paths]
+    if inside and all(inside):
+        return f"--snapshot-update now updates syrupy's layout snapshots, and {recorders.parent.name}/{recorders.name} has none; {hint}"
+    return ""
 
 
 #: ``drift(case_id, stored_case, live_case)``: None when the live reference still says
@@ -278,11 +293,11 @@ def record(
     packages: tuple[str, ...],
     drift: Drift = exact,
 ) -> None:
-    """Record (``--snapshot-update``) or re-check the reference output ``cases``.
+    """Record (``--record-references``) or re-check the reference output ``cases``.
 
     ``reference`` is the adapter that produced them; anything but a reference
     adapter is refused — the engine under test never writes its own expectations.
-    Without ``--snapshot-update`` the live reference output is compared with the
+    Without ``--record-references`` the live reference output is compared with the
     stored cases by ``drift``, so a drifted reference or model is caught. Stages
     whose references compute in floating point pass their own ``drift``: logits and
     margins differ in their last bits between CPUs and BLAS builds (the snapshots

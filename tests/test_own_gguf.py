@@ -76,7 +76,7 @@ def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
     proc = run_pytest(
         *(tests or ["tests/references"]),
         "--live-references",
-        "--snapshot-update",
+        "--record-references",
         "--model",
         model,
         "--snapshot-dir",

@@ -16,7 +16,7 @@ OLD = {
         "packages": {"llama-cpp-python": "0.3.36", "transformers": "5.24.0"},
         "lock": {"file": "constraints/references.txt", "sha256": "11" * 32},
         "date": "2026-11-29",
-        "command": "pytest tests/references --snapshot-update",
+        "command": "pytest tests/references --record-references",
     },
     "cases": {
         "hello": {"ids": [9707, 11, 1879], "text": "Hello, world"},

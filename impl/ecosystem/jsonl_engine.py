@@ -31,6 +31,11 @@ def is_rust_panic(exc: BaseException) -> bool:
     return type(exc).__name__ == "PanicException"
 
 
+def hello(engine: str, version: str, ops: list[str]) -> dict[str, Any]:
+    """The handshake of an engine that answers ``ops``, each the capability of its name."""
+    return {"engine": engine, "version": version, "capabilities": list(ops), "ops": list(ops)}
+
+
 def answer(
     request: dict[str, Any],
     handlers: Mapping[str, Handler],

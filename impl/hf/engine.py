@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from impl.loaded import PerModel
-from impl.protocol import Engine, ModelRef
+from impl.protocol import Engine, Messages, ModelRef
 
 
 class HFEngine(Engine):
@@ -84,11 +84,7 @@ class HFEngine(Engine):
 
     # --- render stage -----------------------------------------------------------
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         from impl.hf import render as hf_render
 

@@ -58,7 +58,7 @@ from impl.http.llama_cpp_python import LlamaCppPythonServer
 from impl.http.llama_server import LlamaServer
 from impl.http.transport import ClientError, HttpClient
 from impl.named_logprobs import NamedLogprobs
-from impl.protocol import Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import Engine, EngineError, Messages, ModelRef, Unsupported
 
 
 class HttpEngine(Engine):
@@ -126,11 +126,7 @@ class HttpEngine(Engine):
         return out
 
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         server = self._serving(model)
         if not add_generation_prompt or kwargs:

@@ -12,7 +12,7 @@ from typing import Any
 
 from impl.envvars import llama_threads
 from impl.loaded import PerModel
-from impl.protocol import Engine, ModelRef, has_weights
+from impl.protocol import Engine, Messages, ModelRef, has_weights
 
 TRACE_CTX = 1024  # one micro-batch up to this many tokens; every position's logits are kept (0.6 GB for 150k)
 
@@ -65,11 +65,7 @@ class LlamaCppEngine(Engine):
 
     # --- render stage -----------------------------------------------------------
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         """``llama_chat_apply_template`` with the model's template (not Jinja: kwargs,
         tools and reasoning fields cannot be expressed and are not passed)."""

@@ -36,7 +36,7 @@ from typing import IO, Any
 import numpy as np
 
 from impl.process.server import _claim_stdout, serve
-from impl.protocol import Engine, ModelRef, Unsupported
+from impl.protocol import Engine, Messages, ModelRef, Unsupported
 
 MIB = 1 << 20
 
@@ -59,11 +59,7 @@ class ToyEngine(Engine):
         }
 
     def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
+        self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         text = "".join(f"<{m['role']}>{m['content']}\n" for m in messages)
         return text + ("<assistant>" if add_generation_prompt else "") + json.dumps(kwargs, sort_keys=True)

@@ -80,20 +80,26 @@ def finish(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> tuple[int, s
     return proc.returncode, "".join(out), err
 
 
+def interrupted_report(proc: subprocess.Popen[str], lines: queue.Queue[str], reports: Path) -> dict:
+    """After one Ctrl-C: the run exits 130 without a traceback; its JSON report."""
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    stem = reports / report_stem(ENGINE, None)
+    return json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+
+
 def test_one_ctrl_c_stops_the_run_with_a_report_marked_interrupted(tmp_path):
     reports = tmp_path / "reports"
     proc, lines = start(reports)
     wait_for_gated_cases(proc, lines, GATED_BEFORE_CTRL_C)
     proc.send_signal(signal.SIGINT)
-    code, out, err = finish(proc, lines)
-    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
-    assert "Traceback" not in err, err[-3000:]
-    stem = reports / report_stem(ENGINE, None)
-    payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+    payload = interrupted_report(proc, lines, reports)
     gated = payload["cases"]
     assert len(gated) >= GATED_BEFORE_CTRL_C and all(c["outcome"] == "fail" for c in gated), gated[:3]
     [interrupted] = [v for v in payload["verdict"]["reasons"] if v.startswith("INTERRUPTED")]
     assert f"after {len(gated)} gate case(s)" in interrupted, interrupted
+    stem = reports / report_stem(ENGINE, None)
     for suffix in (".md", ".html"):
         shown = re.sub(r"\\(.)", r"\1", stem.with_name(stem.name + suffix).read_text(encoding="utf-8"))
         assert "INTERRUPTED (Ctrl-C)" in shown  # as Markdown shows it (its text is escaped)
@@ -127,11 +133,7 @@ def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
     wait_for_gated_cases(proc, lines, 3, until="specgate parity matrix")
     time.sleep(3.0)  # the matrix is printed just before the shrinking starts its engine
     proc.send_signal(signal.SIGINT)
-    code, out, err = finish(proc, lines)
-    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
-    assert "Traceback" not in err, err[-3000:]
-    stem = reports / report_stem(ENGINE, None)
-    payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+    payload = interrupted_report(proc, lines, reports)
     assert len(payload["cases"]) == 3
     reasons = payload["verdict"]["reasons"]
     assert any(v.startswith("INTERRUPTED (Ctrl-C) while") for v in reasons), reasons

@@ -3,7 +3,7 @@ pass (``oracle.trace``) at every position of the prompt's first few tokens, from
 transformers (float32 on the GGUF's dequantized weights, hooked: the exact class) and
 from llama.cpp (its graph evaluation callback: the quantized class). ``result_output``
 is kept at the union of both references' top columns only. Without
-``--snapshot-update`` the live references are held to the stored ones by the trace
+``--record-references`` the live references are held to the stored ones by the trace
 tolerances: transformers by the exact class's, llama.cpp by the quantized class's."""
 
 from __future__ import annotations

@@ -8,25 +8,13 @@
 //
 //     node impl/ecosystem/hf_tokenizers/confirm.mjs
 
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { Tokenizer } from "@huggingface/tokenizers";
-import { modelDir, reportDivergences } from "../divergences.mjs";
+import { cachedFiles, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
 
-function loadTokenizer(dir) {
-  const files = ["tokenizer.json", "tokenizer_config.json"].map((name) => join(dir, name));
-  const missing = files.filter((path) => !existsSync(path));
-  if (missing.length > 0) {
-    console.log(`missing ${missing.join(", ")} (fetch the model with \`specgate models fetch qwen3-vocab\`)`);
-    process.exit(2);
-  }
-  const [json, config] = files.map((path) => JSON.parse(readFileSync(path, "utf8")));
-  return new Tokenizer(json, config);
-}
-
-const tokenizer = loadTokenizer(modelDir("qwen3-vocab"));
-const hex = (bytes) => Buffer.from(bytes).toString("hex");
-const utf8 = (text) => Buffer.from(text, "utf8");
+const files = cachedFiles("qwen3-vocab", ["tokenizer.json", "tokenizer_config.json"]);
+const [json, config] = files.map((path) => JSON.parse(readFileSync(path, "utf8")));
+const tokenizer = new Tokenizer(json, config);
 
 function decodeOrError(ids) {
   try {
@@ -37,16 +25,7 @@ function decodeOrError(ids) {
 }
 
 const DIVERGENCES = [
-  {
-    name: "decode answers U+FFFD for a token that is a lone UTF-8 byte (decode group, token-121)",
-    got: () => hex(utf8(decodeOrError([121]))),
-    reference: "bd", // llama.cpp via llama-cpp-python 0.3.36: detokenize([121]) == b"\xbd"
-  },
-  {
-    name: "decode answers U+FFFD for a piece ending inside a UTF-8 character (decode group, token-1683)",
-    got: () => hex(utf8(decodeOrError([1683]))),
-    reference: "20c3", // llama.cpp via llama-cpp-python 0.3.36: detokenize([1683]) == b" \xc3"
-  },
+  ...stringDecodeDivergences(decodeOrError),
   {
     name: "decode of no ids throws instead of answering the empty string (refused, ws-empty)",
     got: () => decodeOrError([]),

@@ -6,20 +6,13 @@
 //
 //     node impl/ecosystem/lenml_tokenizers/confirm.mjs
 
-import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { TokenizerLoader } from "@lenml/tokenizers";
-import { modelDir, reportDivergences } from "../divergences.mjs";
+import { cachedFiles, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
 
-const files = ["tokenizer.json", "tokenizer_config.json"].map((n) => join(modelDir("qwen3-vocab"), n));
-const missing = files.filter((p) => !existsSync(p));
-if (missing.length > 0) {
-  console.log(`missing ${missing.join(", ")} (fetch the model with \`specgate models fetch qwen3-vocab\`)`);
-  process.exit(2);
-}
+const files = cachedFiles("qwen3-vocab", ["tokenizer.json", "tokenizer_config.json"]);
 const [tokenizerJSON, tokenizerConfig] = files.map((p) => JSON.parse(readFileSync(p, "utf8")));
 const tokenizer = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
-const hex = (text) => Buffer.from(text, "utf8").toString("hex");
 const decoded = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 
 function rendered(messages) {
@@ -31,16 +24,7 @@ function rendered(messages) {
 }
 
 reportDivergences([
-  {
-    name: "decode answers U+FFFD for a token that is a lone UTF-8 byte (decode group, token-121)",
-    got: () => hex(decoded([121])),
-    reference: "bd", // llama.cpp via llama-cpp-python 0.3.36: detokenize([121]) == b"\xbd"
-  },
-  {
-    name: "decode answers U+FFFD for a piece ending inside a UTF-8 character (decode group, token-1683)",
-    got: () => hex(decoded([1683])),
-    reference: "20c3", // llama.cpp via llama-cpp-python 0.3.36: detokenize([1683]) == b" \xc3"
-  },
+  ...stringDecodeDivergences(decoded),
   {
     name: "the bundled Jinja cannot parse Qwen3's own chat template (render refusals, 01_single_user)",
     got: () => rendered([{ role: "user", content: "What is the capital of France?" }]),

@@ -34,7 +34,7 @@ import llama_cpp
 # The adapter runs as a script: its parent folder (impl/ecosystem/) holds the shared
 # specgate-jsonl/1 loop, jsonl_engine.py (stdlib only).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from jsonl_engine import BadRequest, Refusal, serve
+from jsonl_engine import BadRequest, Refusal, hello, serve
 
 MESSAGE_KEYS = {"role", "content"}
 
@@ -96,12 +96,7 @@ def render(request: dict[str, Any]) -> str:
 def main() -> int:
     llama_cpp.llama_backend_init()
     return serve(
-        {
-            "engine": "llama.cpp llama_chat_apply_template",
-            "version": version("llama-cpp-python"),
-            "capabilities": ["render"],
-            "ops": ["render"],
-        },
+        hello("llama.cpp llama_chat_apply_template", version("llama-cpp-python"), ["render"]),
         {"render": render},
     )
 

@@ -34,7 +34,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 # The adapter runs as a script: its parent folder (impl/ecosystem/) holds the shared
 # specgate-jsonl/1 loop, jsonl_engine.py (stdlib only).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from jsonl_engine import Refusal, serve
+from jsonl_engine import Refusal, hello, serve
 
 
 @cache
@@ -72,12 +72,7 @@ def render(request: dict[str, Any]) -> str:
 
 def main() -> int:
     return serve(
-        {
-            "engine": "llama-cpp-python Jinja2ChatFormatter",
-            "version": version("llama-cpp-python"),
-            "capabilities": ["render"],
-            "ops": ["render"],
-        },
+        hello("llama-cpp-python Jinja2ChatFormatter", version("llama-cpp-python"), ["render"]),
         {"render": render},
     )
 

@@ -7,34 +7,18 @@
 //
 //     node impl/ecosystem/transformers_js/confirm.mjs
 
-import { existsSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname } from "node:path";
 import { AutoTokenizer, env } from "@huggingface/transformers";
-import { modelDir, reportDivergences } from "../divergences.mjs";
+import { cachedFiles, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
 
-const dir = modelDir("qwen3-vocab");
-const missing = ["tokenizer.json", "tokenizer_config.json"].map((n) => join(dir, n)).filter((p) => !existsSync(p));
-if (missing.length > 0) {
-  console.log(`missing ${missing.join(", ")} (fetch the model with \`specgate models fetch qwen3-vocab\`)`);
-  process.exit(2);
-}
+const [tokenizerJSON] = cachedFiles("qwen3-vocab", ["tokenizer.json", "tokenizer_config.json"]);
 env.allowRemoteModels = false;
-env.localModelPath = `${dirname(dir)}/`;
+env.localModelPath = `${dirname(dirname(tokenizerJSON))}/`;
 const tokenizer = await AutoTokenizer.from_pretrained("qwen3-vocab", { local_files_only: true });
-const hex = (text) => Buffer.from(text, "utf8").toString("hex");
 const decoded = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 
 reportDivergences([
-  {
-    name: "decode answers U+FFFD for a token that is a lone UTF-8 byte (decode group, token-121)",
-    got: () => hex(decoded([121])),
-    reference: "bd", // llama.cpp via llama-cpp-python 0.3.36: detokenize([121]) == b"\xbd"
-  },
-  {
-    name: "decode answers U+FFFD for a piece ending inside a UTF-8 character (decode group, token-1683)",
-    got: () => hex(decoded([1683])),
-    reference: "20c3", // llama.cpp via llama-cpp-python 0.3.36: detokenize([1683]) == b" \xc3"
-  },
+  ...stringDecodeDivergences(decoded),
   {
     name: "thinking alias: the assistant's `thinking` is not given to the template as reasoning_content (render group, 14_thinking_alias)",
     got: () =>
