@@ -1,4 +1,4 @@
-"""Run the gate suite as ``nox -s parity`` does — pytest over ``tests/gates`` in a
+"""Run the gate suite as ``nox -s parity`` does — pytest over ``specgate/gates`` in a
 subprocess, the engine a real external process — and read back its exit status,
 JSON report and output."""
 
@@ -44,7 +44,7 @@ def run_parity(
     stages: str,
     models: str,
     *extra: str,
-    files: tuple[str, ...] = ("tests/gates",),
+    files: tuple[str, ...] = ("specgate/gates",),
     env: dict[str, str] | None = None,
     timeout: float = 900,
     measure: bool = False,
