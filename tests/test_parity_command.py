@@ -102,7 +102,9 @@ def check_green_and_red(python: Path | str, folder: Path, *extra: str) -> None:
     )
     assert red.returncode == 1, red.stdout[-3000:] + red.stderr[-3000:]
     cases = report_of(folder, "cmd")["cases"]
-    assert cases and all(c["outcome"] == "fail" for c in cases), {c["outcome"] for c in cases}
+    passed = [c["nodeid"] for c in cases if c["outcome"] != "fail"]
+    # The empty text's ids, [], have nothing to shift: the one case the planted engine gets right.
+    assert cases and all("/ws-empty/" in nodeid for nodeid in passed), passed
 
 
 def test_the_data_is_found_in_one_place(tmp_path: Path) -> None:
