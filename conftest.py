@@ -5,14 +5,14 @@ session's peak-memory line."""
 import argparse
 import importlib.util
 import os
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from specgate.gates import release_forward_weights
 from specgate.snapshots import old_record_spelling
-from tests.memory_profile import PeakMemoryProfile, free_unused_memory
+from tests.memory_profile import PeakMemoryProfile
 
 pytest_plugins = ["specgate.plugin"]
 
@@ -64,15 +64,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True, scope="module")
 def _forward_weights_live_one_module(specgate):
-    """Forward weights are dropped after each test module — the oracle's float32 ``Model``
-    (~2 GB for the 0.5B) and every live reference's (transformers' float32 model,
-    llama.cpp's full context with its n_ctx x n_vocab logits buffer): a module that ran
-    the 0.5B last must not hold it through the modules after it. Tokenizers and parsed
-    vocabularies stay (reloading transformers' GGUF tokenizer takes ~20 s)."""
+    """Forward weights are dropped after each test module, as after each gate module
+    (``specgate.gates.release_forward_weights``)."""
     yield
-    oracle = sys.modules.get("impl.oracle")
-    if oracle is not None:
-        oracle.release_forward()
-    for engine in specgate.references.values():
-        engine.release_forward()
-    free_unused_memory()
+    release_forward_weights(specgate)

@@ -205,8 +205,9 @@ def parity(session: nox.Session) -> None:
     # every model the snapshots define, so every machine gates the same cases; the tiny ones
     # are written by numpy + gguf in seconds (no torch, no llama.cpp)
     fetch_models(session, tiny=True)
-    # --parity-junit: the JUnit XML goes beside the .md/.json/.png, under the same file stem.
-    session.run("pytest", "tests/gates", "-p", "no:cacheprovider", "--parity-junit", *args)
+    # The gate run is the package's own command (the gates and their data are in the wheel);
+    # it writes the JUnit XML beside the .md/.json/.png, under the same file stem.
+    session.run("specgate", "parity", *args)
 
 
 @nox.session
@@ -262,12 +263,10 @@ def snapshots(session: nox.Session) -> None:
     junit.unlink(missing_ok=True)
     # The oracle against the new snapshots; its verdict goes into the report, not the exit status.
     session.run(
-        "pytest",
-        "tests/gates",
+        "specgate",
+        "parity",
         "--impl",
         "oracle",
-        "-p",
-        "no:cacheprovider",
         "--junitxml",
         str(junit),
         *model_args(list(session.posargs)),

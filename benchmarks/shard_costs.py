@@ -3,7 +3,7 @@ oracle — the cost table ``--shard I/N`` balances shards by (``specgate/shard.p
 
 Run the gates once with a JUnit XML beside the parity report, then:
 
-    pytest tests/gates -p no:cacheprovider --report-dir /tmp/costs --junitxml /tmp/costs/run.xml
+    pytest specgate/gates -p no:cacheprovider --report-dir /tmp/costs --junitxml /tmp/costs/run.xml
     python benchmarks/shard_costs.py /tmp/costs/parity-oracle-*.json /tmp/costs/run.xml
 
 A case's cost is the call time of all its tests together (the two conformance classes
@@ -27,7 +27,7 @@ from specgate.shard import COSTS, gate_group
 
 
 def junit_seconds(xml_path: Path) -> dict[str, float]:
-    """nodeid → seconds, from a JUnit XML (classname ``tests.gates.test_x`` + name)."""
+    """nodeid → seconds, from a JUnit XML (classname ``specgate.gates.test_x`` + name)."""
     out = {}
     for case in ET.parse(xml_path).iter("testcase"):
         module = case.get("classname", "").replace(".", "/") + ".py"

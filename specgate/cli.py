@@ -6,6 +6,7 @@ specgate models list             what the manifest holds and what is cached
 specgate models verify [ID ...]  re-hash cached models in full against their sha256
 specgate models path ID          the cached GGUF's path
 specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
+specgate parity --impl NAME      gate an engine stage by stage (every gate option; pytest's too)
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
@@ -213,6 +214,11 @@ def _report_diff(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["parity"]:  # every argument after it is the gate run's (pytest parses them)
+        from specgate import parity
+
+        return parity.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="specgate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -221,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("action", choices=["fetch", "tiny", "list", "path", "verify", "export"])
     m.add_argument("ids", nargs="*")
     m.set_defaults(func=_models)
+    sub.add_parser(
+        "parity",
+        add_help=False,
+        help="gate an engine: specgate parity --impl NAME [--models ...] [--stages ...] (--help: every option)",
+    )
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
     e.add_argument("--impl", default="oracle")
     e.set_defaults(func=_engine)

@@ -33,9 +33,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef
 
-CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+CORPUS = DATA_ROOT / "corpus"
 
 # ---------------------------------------------------------------------------
 # render

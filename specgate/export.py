@@ -36,11 +36,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from impl.datafiles import DATA_ROOT
 from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import GGUFError, open_gguf
-from specgate.models import PROJECT_ROOT, ModelError
+from specgate.models import ModelError
 
-PATTERNS = PROJECT_ROOT / "corpus" / "pretokenizer_patterns.json"
+PATTERNS = DATA_ROOT / "corpus" / "pretokenizer_patterns.json"
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 # Tokens llama.cpp treats as control tokens even where a converter typed them NORMAL
 # (it re-types end-of-generation markers on load; the oracle does the same).

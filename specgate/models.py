@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from impl import protocol
+from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef
 from specgate import files, tiny_specs
 
@@ -33,7 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-MANIFEST = PROJECT_ROOT / "corpus" / "models.toml"
+MANIFEST = DATA_ROOT / "corpus" / "models.toml"
 
 
 class ModelError(Exception):

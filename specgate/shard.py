@@ -23,7 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-COSTS = Path(__file__).resolve().parent.parent / "corpus" / "shard_costs.json"
+from impl.datafiles import DATA_ROOT
+
+COSTS = DATA_ROOT / "corpus" / "shard_costs.json"
 
 
 class ShardError(ValueError):

@@ -26,11 +26,12 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef
 from specgate import files, lock
 from specgate.snapshot_diff import first_divergence_of_values
 
-SNAPSHOT_ROOT = Path(__file__).resolve().parent.parent / "snapshots"
+SNAPSHOT_ROOT = DATA_ROOT / "snapshots"
 REGENERATE = "nox -s snapshots"
 
 

@@ -301,7 +301,7 @@ def _check_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> 
 
 def _check_render(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
     """A conversation through the model's template (``messages``) or a construct
-    template (``template`` + ``context``), as ``tests/gates/test_render.py`` judges it."""
+    template (``template`` + ``context``), as ``specgate/gates/test_render.py`` judges it."""
     from impl.protocol import Unsupported
     from specgate.checks import render
     from specgate.gate import call, refused

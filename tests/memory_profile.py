@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from specgate.gates import free_unused_memory  # the gates' own, re-exported for the tests
+
 TREE_INTERVAL = 0.2  # seconds between two samples of the process tree
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -196,19 +198,6 @@ class PeakMemoryProfile:
             out.append(f"highest per-test peaks of the pytest process (top {len(highest)}):")
             out.extend(f"  {peak / 1e9:6.2f} GB  {nodeid}" for peak, nodeid in highest)
         return out
-
-
-def free_unused_memory() -> None:
-    """Collect what is unreachable, then hand freed heap pages back to the system: glibc
-    keeps them mapped, and ``malloc_trim(0)`` returns them, so a large model dropped by one
-    test does not stay resident under the next one."""
-    import ctypes
-    import ctypes.util
-    import gc
-
-    gc.collect()
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
 
 
 def release_forward_weights(engine: Any, model: Any) -> None:

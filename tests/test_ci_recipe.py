@@ -33,12 +33,16 @@ class Shard:
 def test_merge_writes_the_junit_xml_and_the_png_and_summary_embeds_it(tmp_path: Path, capsys) -> None:
     pytest.importorskip("matplotlib", reason="the PNG needs the report extra")
     cases = [
-        GateRecord("encode", "qwen3-vocab", "pass", "tests/gates/test_encode.py::test_encode[a]"),
+        GateRecord("encode", "qwen3-vocab", "pass", "specgate/gates/test_encode.py::test_encode[a]"),
         GateRecord(
-            "encode", "qwen3-vocab", "fail", "tests/gates/test_encode.py::test_encode[b]", "ids differ at 3"
+            "encode",
+            "qwen3-vocab",
+            "fail",
+            "specgate/gates/test_encode.py::test_encode[b]",
+            "ids differ at 3",
         ),
         GateRecord(
-            "decode", "qwen3-vocab", "refused", "tests/gates/test_decode.py::test_decode[c]", "no bytes"
+            "decode", "qwen3-vocab", "refused", "specgate/gates/test_decode.py::test_decode[c]", "no bytes"
         ),
     ]
     shards = [report.write_reports(Shard(1, cases[:2]), tmp_path / "s")[1],

@@ -62,7 +62,9 @@ def test_a_gguf_whose_id_is_not_a_folder_name_is_one_line(tmp_path, tiny_gguf, n
     gguf = user / f"{name}.gguf"
     shutil.copyfile(tiny_gguf, gguf)
     snapdir = tmp_path / "snaps"
-    proc = pytest_run("tests/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir))
+    proc = pytest_run(
+        "specgate/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir)
+    )
     one_line(proc, "cannot name a snapshot folder")
     assert not (tmp_path / "encode.json").exists() and not snapdir.exists()
 
@@ -88,14 +90,18 @@ def _user_model_with_snapshot(tmp_path: Path, tiny_gguf: Path) -> tuple[Path, Pa
 def test_a_fifo_snapshot_is_one_line_not_a_hang(tmp_path, tiny_gguf):
     gguf, snapdir, snapshot = _user_model_with_snapshot(tmp_path, tiny_gguf)
     os.mkfifo(snapshot)
-    proc = pytest_run("tests/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir))
+    proc = pytest_run(
+        "specgate/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir)
+    )
     one_line(proc, f"snapshot {snapshot} is a FIFO, not a regular file")
 
 
 def test_a_snapshot_linked_to_dev_zero_is_one_line(tmp_path, tiny_gguf):
     gguf, snapdir, snapshot = _user_model_with_snapshot(tmp_path, tiny_gguf)
     snapshot.symlink_to("/dev/zero")
-    proc = pytest_run("tests/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir))
+    proc = pytest_run(
+        "specgate/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir)
+    )
     one_line(proc, f"snapshot {snapshot} is a character device, not a regular file")
 
 
@@ -103,7 +109,9 @@ def test_a_snapshot_over_its_size_bound_is_one_line(tmp_path, tiny_gguf):
     gguf, snapdir, snapshot = _user_model_with_snapshot(tmp_path, tiny_gguf)
     with open(snapshot, "wb") as f:  # sparse: no disk is spent
         f.truncate(snapshots.MAX_SNAPSHOT_BYTES + 1)
-    proc = pytest_run("tests/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir))
+    proc = pytest_run(
+        "specgate/gates/test_tokenizer.py", "--model", str(gguf), "--snapshot-dir", str(snapdir)
+    )
     one_line(proc, "larger than its bound")
 
 
@@ -132,7 +140,7 @@ def test_a_run_removes_its_stems_old_reproducers(tmp_path):
         folder.mkdir(parents=True)
         (folder / "encode-0123456789.json").write_text("{}")
     proc = pytest_run(
-        "tests/gates/test_tokenizer.py",
+        "specgate/gates/test_tokenizer.py",
         "--impl",
         "oracle",
         "--model",
@@ -228,7 +236,7 @@ def test_an_unwritable_cache_is_one_line_naming_it(tmp_path, tiny_gguf):
     gguf = tmp_path / "mine.gguf"
     shutil.copyfile(tiny_gguf, gguf)
     env = {"SPECGATE_CACHE": str(cache)}
-    proc = pytest_run("tests/gates/test_tokenizer.py", "--model", str(gguf), env=env)
+    proc = pytest_run("specgate/gates/test_tokenizer.py", "--model", str(gguf), env=env)
     one_line(proc, f"the cache directory {cache} is not writable")
     fetched = subprocess.run(
         [sys.executable, "-m", "specgate.cli", "models", "fetch", "qwen3-vocab"],

@@ -47,7 +47,7 @@ def test_masking_keeps_identifiers_and_hex_digests_whole() -> None:
 
 def _records() -> list[GateRecord]:
     def rec(case: str, text: str) -> GateRecord:
-        nodeid = f"tests/gates/test_tokenizer.py::test_encode[{MODEL}-{case}]"
+        nodeid = f"specgate/gates/test_tokenizer.py::test_encode[{MODEL}-{case}]"
         message = (
             f"[encode] model {MODEL}, case {case} (parse_special=False): ids differ from llama_tokenize "
             f"on text {text!r}\nfirst difference at index 0"

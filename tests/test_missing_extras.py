@@ -42,7 +42,7 @@ def test_specgate_engine_without_its_extra_is_one_line(light: Path, impl: str, e
 @pytest.mark.slow  # pytest's collection in a subprocess (~15 s on a busy machine)
 def test_parity_with_impl_hf_in_the_light_install_is_one_setup_error(light: Path) -> None:
     proc = subprocess.run(
-        [light / "python", "-m", "pytest", "tests/gates", "--impl", "hf", "-q", "-p", "no:cacheprovider"],
+        [light / "specgate", "parity", "--impl", "hf", "-q"],
         cwd=ROOT,
         capture_output=True,
         text=True,

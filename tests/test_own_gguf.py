@@ -91,7 +91,7 @@ def gate(
 ) -> tuple[subprocess.CompletedProcess[str], dict]:
     """What ``nox -s parity -- --model PATH --snapshot-dir DIR`` runs; the parity report's JSON."""
     proc = run_pytest(
-        "tests/gates", "--model", model, "--snapshot-dir", snapshot_dir, "--report-dir", report_dir, *args
+        "specgate/gates", "--model", model, "--snapshot-dir", snapshot_dir, "--report-dir", report_dir, *args
     )
     reports = sorted(report_dir.glob("parity-*.json"))
     return proc, json.loads(reports[-1].read_text("utf-8")) if reports else {}

@@ -96,7 +96,7 @@ def test_html_report_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRe
         script_impl(MUTANT),
         "metadata,render",
         MODEL,
-        files=("tests/gates/test_render.py", "tests/gates/test_metadata.py"),
+        files=("specgate/gates/test_render.py", "specgate/gates/test_metadata.py"),
     )
     assert run.status == 1, run.output[-3000:]
     (page,) = (tmp_path / "reports").glob("parity-*.html")

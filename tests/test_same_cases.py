@@ -24,7 +24,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def gate_run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/gates", "-p", "no:cacheprovider", "-p", "no:xdist", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "specgate/gates",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        *args,
+    ]
     env = {**os.environ, "SPECGATE_CACHE": str(cache)}
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 

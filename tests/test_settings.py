@@ -32,7 +32,7 @@ def test_the_llamacpp_adapter_imports_whatever_the_setting_says():
 def test_a_bad_llama_threads_stops_a_run_with_one_line():
     """Even a run that gates the oracle (no llama.cpp involved) stops: the setting is wrong."""
     done = run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/gates/test_tokenizer.py", "-q"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "specgate/gates/test_tokenizer.py", "-q"],
         {"SPECGATE_LLAMA_THREADS": "x"},
     )
     assert done.returncode == 4, done.stdout[-2000:] + done.stderr[-2000:]

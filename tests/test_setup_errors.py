@@ -104,7 +104,7 @@ def check_setup_error(damage: str, tmp_path: Path, *workers: str) -> None:
         sys.executable,
         "-m",
         "pytest",
-        "tests/gates/test_tokenizer.py",
+        "specgate/gates/test_tokenizer.py",
         "-p",
         "no:cacheprovider",
         "-q",

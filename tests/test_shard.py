@@ -1,7 +1,7 @@
 """``--shard I/N`` and ``specgate report merge``: a slow engine's parity run spread over
 N CI jobs gives, merged, the report of one unsharded run.
 
-The end-to-end test runs ``tests/gates --models qwen3-vocab`` once whole and once in
+The end-to-end test runs ``specgate/gates --models qwen3-vocab`` once whole and once in
 3 shards (4 pytest processes, ~1 min) and compares the merged matrix with the whole
 one; the others read only collections and the cost table.
 """
@@ -45,7 +45,9 @@ def test_a_bad_shard_is_one_line(text, problem):
 
 
 def test_a_bad_shard_stops_the_run_with_one_usage_line():
-    proc = pytest_run("tests/gates/test_metadata.py", "--models", VOCAB, "--shard", "4/3", "--collect-only")
+    proc = pytest_run(
+        "specgate/gates/test_metadata.py", "--models", VOCAB, "--shard", "4/3", "--collect-only"
+    )
     assert proc.returncode == 4, proc.stdout[-2000:]
     assert "--shard '4/3': I must be between 1 and N (got 4 of 3)" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -70,7 +72,7 @@ def test_unknown_stage_or_model_costs_the_stage_worst_else_the_default():
 
 
 def collected(*args: str) -> list[str]:
-    proc = pytest_run("tests/gates", "--collect-only", "-q", *args)
+    proc = pytest_run("specgate/gates", "--collect-only", "-q", *args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -109,10 +111,10 @@ def runs(tmp_path_factory):
     if VOCAB not in models.cached_models():
         model_missing(f"{VOCAB} (run: specgate models fetch)")
     whole_dir, shard_dir = tmp_path_factory.mktemp("whole"), tmp_path_factory.mktemp("shards")
-    proc = pytest_run("tests/gates", "--models", VOCAB, "--report-dir", whole_dir)
+    proc = pytest_run("specgate/gates", "--models", VOCAB, "--report-dir", whole_dir)
     assert proc.returncode == 0, proc.stdout[-3000:]
     for i in (1, 2, 3):
-        proc = pytest_run("tests/gates", "--models", VOCAB, "--shard", f"{i}/3", "--report-dir", shard_dir)
+        proc = pytest_run("specgate/gates", "--models", VOCAB, "--shard", f"{i}/3", "--report-dir", shard_dir)
         assert proc.returncode == 0, proc.stdout[-3000:]
     return whole_dir, shard_dir
 
@@ -160,7 +162,7 @@ def test_a_run_over_xdist_workers_reports_what_one_process_reports(runs, tmp_pat
     whole_dir, _ = runs
     workers_dir = tmp_path_factory.mktemp("workers")
     proc = pytest_run(
-        "tests/gates", "--models", VOCAB, "-n", "2", "--dist", "loadfile", "--report-dir", workers_dir
+        "specgate/gates", "--models", VOCAB, "-n", "2", "--dist", "loadfile", "--report-dir", workers_dir
     )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "2 workers" in proc.stdout, proc.stdout[:2000]

@@ -88,10 +88,10 @@ def test_oracle_recheck_verdict_from_junit(tmp_path):
     junit = tmp_path / "gates.xml"
     junit.write_text(
         "<testsuites><testsuite>"
-        '<testcase classname="tests.gates.test_tokenizer" name="test_encode[tiny/hello]"/>'
-        '<testcase classname="tests.gates.test_tokenizer" name="test_encode[tiny/emoji]">'
+        '<testcase classname="specgate.gates.test_tokenizer" name="test_encode[tiny/hello]"/>'
+        '<testcase classname="specgate.gates.test_tokenizer" name="test_encode[tiny/emoji]">'
         '<failure message="ids differ"/></testcase>'
-        '<testcase classname="tests.gates.test_tokenizer" name="test_split[tiny/x]"><skipped/></testcase>'
+        '<testcase classname="specgate.gates.test_tokenizer" name="test_split[tiny/x]"><skipped/></testcase>'
         "</testsuite></testsuites>",
         encoding="utf-8",
     )
@@ -99,7 +99,7 @@ def test_oracle_recheck_verdict_from_junit(tmp_path):
     assert (check.passed, check.skipped, check.failed) == (
         1,
         1,
-        ["tests.gates.test_tokenizer::test_encode[tiny/emoji]"],
+        ["specgate.gates.test_tokenizer::test_encode[tiny/emoji]"],
     )
     assert "**The oracle no longer agrees**" in snapshot_diff.render([], check)
     assert "**The oracle re-check did not run**" in snapshot_diff.render(

@@ -16,8 +16,8 @@ import pytest
 from impl.oracle import OracleEngine
 from impl.protocol import Engine
 from specgate import models as model_cache
+from specgate.gates import test_generate as gate
 from specgate.plugin import SpecgateSession, get_model, model_missing, snapshot_cases
-from tests.gates import test_generate as gate
 
 MODEL, CASE = "tiny-qwen2-f32", "stop-straddle/code"
 

@@ -61,7 +61,7 @@ class Rec:
 
 
 def rec(case: str, message: str, stage: str = "encode", outcome: str = "fail") -> Rec:
-    return Rec(stage, "qwen3-vocab", outcome, f"tests/gates/x.py::t[qwen3-vocab/{case}]", message, case)
+    return Rec(stage, "qwen3-vocab", outcome, f"specgate/gates/x.py::t[qwen3-vocab/{case}]", message, case)
 
 
 def encode_failure(case: str, text: str, at: int, special: bool) -> str:

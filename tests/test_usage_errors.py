@@ -20,7 +20,7 @@ VOCAB = "qwen3-vocab"
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "tests/gates", "-p", "no:cacheprovider", "-q", *args]
+    cmd = [sys.executable, "-m", "specgate", "parity", "-q", *args]
     return subprocess.run(
         cmd, cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
     )

@@ -27,7 +27,9 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
-PROTOCOL_DIR = Path(__file__).resolve().parents[2] / "protocol"
+from impl.datafiles import DATA_ROOT
+
+PROTOCOL_DIR = DATA_ROOT / "protocol"
 BASE_URI = "https://specgate.example/protocol/"
 VALUE_SHOWN = 120  # characters of an offending value quoted in a message
 

@@ -19,9 +19,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef, Unsupported
 
-CORPUS = Path(__file__).resolve().parents[2] / "corpus"
+CORPUS = DATA_ROOT / "corpus"
 
 # GGUF value type -> size in bytes of a scalar; 8 = string, 9 = array.
 _SCALAR_SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}

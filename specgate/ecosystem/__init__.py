@@ -5,7 +5,7 @@ confirm its root causes by hand, and write ``reports/ecosystem.md`` / ``.html`` 
 For each engine, in folder order: **install** it (a failure is a row *unavailable* with the
 installer's message); **export** its models' tokenizer files into
 ``$SPECGATE_EXPORT_DIR/<model id>/``; **start its server** when it has one; **gate** it
-(``pytest tests/gates --impl ...`` in a subprocess within its budget: a run still going at
+(``specgate parity --impl ...`` in a subprocess within its budget: a run still going at
 its end is interrupted, killed with everything it started and reported *timeout*); read
 back its JSON report(s); run its **confirm script** and mark each published root cause
 confirmed or not.

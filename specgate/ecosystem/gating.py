@@ -1,4 +1,4 @@
-"""One engine's gate run: ``pytest tests/gates --impl ...`` in a subprocess within its
+"""One engine's gate run: ``specgate parity --impl ...`` in a subprocess within its
 budget (with its server, per model, when it has one), and its row of the table read back
 from the JSON report(s) it wrote."""
 
@@ -36,10 +36,8 @@ def gate_command(
     return [
         sys.executable,
         "-m",
-        "pytest",
-        "tests/gates",
-        "-p",
-        "no:cacheprovider",
+        "specgate",
+        "parity",
         "-q",
         "--impl",
         impl,

@@ -53,7 +53,7 @@ def markdown(table: Table) -> str:
         machine_line(table),
         "",
         "How each third-party engine of `impl/ecosystem/` conforms, gated stage by stage against the "
-        "reference snapshots (`tests/gates`). Outcomes: pass, fail, refused (the engine declined "
+        "reference snapshots (`specgate/gates`). Outcomes: pass, fail, refused (the engine declined "
         "with a reason), n/a (not offered), disagree (the references disagree), error (crash, hang, "
         "protocol violation).",
         "",

@@ -16,10 +16,11 @@ strings over the continuation's characters and the special-token texts
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+
+from impl.datafiles import DATA_ROOT
 
 try:
     import tomllib
@@ -29,7 +30,7 @@ except ModuleNotFoundError:  # Python 3.10
 MAX_TOKENS = 16
 GREEDY = {"temperature": 0.0, "repeat_penalty": 1.0}
 SPECIAL_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
-CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "stops" / "generate.toml"
+CORPUS = DATA_ROOT / "corpus" / "stops" / "generate.toml"
 
 
 def prompt_texts(model_id: str) -> list[str]:

@@ -1,6 +1,6 @@
-"""Run the gate suite as ``nox -s parity`` does — pytest over ``tests/gates`` in a
-subprocess, the engine a real external process — and read back its exit status,
-JSON report and output."""
+"""Run the gate suite as ``nox -s parity`` does — ``specgate parity`` in a subprocess (or
+pytest over some gate modules of ``specgate/gates``), the engine a real external process —
+and read back its exit status, JSON report and output."""
 
 from __future__ import annotations
 
@@ -44,12 +44,13 @@ def run_parity(
     stages: str,
     models: str,
     *extra: str,
-    files: tuple[str, ...] = ("tests/gates",),
+    files: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     timeout: float = 900,
     measure: bool = False,
 ) -> ParityRun:
-    """``measure``: run it under ``peak_rss.py`` and keep its peak resident size."""
+    """``specgate parity`` with these options; with ``files`` (gate modules), pytest over
+    just those. ``measure``: run it under ``peak_rss.py`` and keep its peak resident size."""
     reports = tmp_path / "reports"
     peak_file = tmp_path / "peak.json"
     wrapper = (
@@ -59,10 +60,7 @@ def run_parity(
         *wrapper,
         sys.executable,
         "-m",
-        "pytest",
-        *files,
-        "-p",
-        "no:cacheprovider",
+        *(["pytest", *files, "-p", "no:cacheprovider"] if files else ["specgate", "parity"]),
         "-q",
         "--impl",
         impl,

@@ -80,7 +80,7 @@ def undocumented_failures(report: dict) -> list[str]:
 
 def test_tokenizer_engine_from_the_protocol_passes_split_encode_decode(tmp_path: Path) -> None:
     status, report, out = run_gates(
-        tmp_path, "tokenizer_engine.py", ["tests/gates/test_tokenizer.py"], "split,encode,decode", [MODEL]
+        tmp_path, "tokenizer_engine.py", ["specgate/gates/test_tokenizer.py"], "split,encode,decode", [MODEL]
     )
     assert report["cases"], out[-3000:]
     assert undocumented_failures(report) == [], out[-3000:]
@@ -96,7 +96,7 @@ def test_tokenizer_engine_from_the_protocol_passes_split_encode_decode(tmp_path:
 @pytest.mark.slow  # a full parity run of every render and construct case through a cmd: engine
 def test_template_engine_from_the_protocol_passes_render_and_constructs(tmp_path: Path) -> None:
     status, report, out = run_gates(
-        tmp_path, "template_engine.py", ["tests/gates/test_render.py"], "render", TEMPLATE_MODELS
+        tmp_path, "template_engine.py", ["specgate/gates/test_render.py"], "render", TEMPLATE_MODELS
     )
     assert status == 0, out[-3000:]
     assert undocumented_failures(report) == [], out[-3000:]
@@ -113,7 +113,7 @@ def test_forward_engine_passes_the_trace_gate(tmp_path: Path) -> None:
     if missing:
         model_missing(f"{missing}; run: specgate models tiny")
     status, report, output = run_gates(
-        tmp_path, "forward_engine.py", ["tests/gates/test_trace.py"], "trace", models
+        tmp_path, "forward_engine.py", ["specgate/gates/test_trace.py"], "trace", models
     )
     outcomes = {(c["stage"], c["model"]): c["outcome"] for c in report["cases"]}
     assert outcomes == {

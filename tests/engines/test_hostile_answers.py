@@ -2,7 +2,7 @@
 bounded memory (``impl.bounds``, ``specgate.text_safety``; issue 25's red-team).
 
 Each hostile engine is a real process (``hostile_engine.py`` over ``cmd:``) or a
-fake llama.cpp server on loopback; whole runs go through ``tests/gates`` in a
+fake llama.cpp server on loopback; whole runs go through ``specgate/gates`` in a
 subprocess whose peak resident size the kernel measures (``peak_rss.py``).
 """
 

@@ -39,7 +39,7 @@ def vocab() -> None:
 def start(report_dir: Path, *extra: str, **env: str) -> tuple[subprocess.Popen[str], queue.Queue[str]]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-v",
-        "tests/gates/test_tokenizer.py", "-k", "split", "--impl", ENGINE, "--model", MODEL,
+        "specgate/gates/test_tokenizer.py", "-k", "split", "--impl", ENGINE, "--model", MODEL,
         "--report-dir", str(report_dir), "--shrink-budget", "600", "--shrink-group-budget", "600", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(

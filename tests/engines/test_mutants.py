@@ -116,7 +116,7 @@ GATE_FILES = {
 
 
 def gate_files(stages: tuple[str, ...]) -> list[str]:
-    return sorted({f"tests/gates/{GATE_FILES[s]}" for s in stages})
+    return sorted({f"specgate/gates/{GATE_FILES[s]}" for s in stages})
 
 
 @pytest.mark.slow

@@ -44,7 +44,7 @@ def run_gates(
         sys.executable,
         "-m",
         "pytest",
-        "tests/gates/test_metadata.py",
+        "specgate/gates/test_metadata.py",
         "-p",
         "no:cacheprovider",
         "-q",

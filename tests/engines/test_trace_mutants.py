@@ -83,7 +83,7 @@ def test_forward_bug_is_located(case: ForwardBug, tmp_path: Path) -> None:
     script = MUTANTS / ("rope_interleaved.py" if case.bug == "rope_interleaved" else "forward_bugs.py")
     args = () if case.bug == "rope_interleaved" else (case.bug,)
     run = run_parity(tmp_path, script_impl(script, *args), "trace/exact", case.model,
-                     files=("tests/gates/test_trace.py",), timeout=300)  # fmt: skip
+                     files=("specgate/gates/test_trace.py",), timeout=300)  # fmt: skip
     assert run.status == 1, run.output[-3000:]
     failed = [c for c in run.report["cases"] if c["outcome"] == "fail"]
     assert failed and all(c["stage"] == "trace/exact" for c in failed), run.output[-3000:]

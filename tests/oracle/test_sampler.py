@@ -2,7 +2,7 @@
 semantics, and properties that must hold for any logits (hypothesis).
 
 llama.cpp's agreement on real and crafted logits is the sample gate's job
-(tests/gates/test_sample.py); here the oracle is checked against the text of the
+(specgate/gates/test_sample.py); here the oracle is checked against the text of the
 spec, independently of any engine."""
 
 from __future__ import annotations

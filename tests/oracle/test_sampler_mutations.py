@@ -13,9 +13,9 @@ import pytest
 import impl.oracle
 from impl.oracle import OracleEngine
 from oracle import decode_loop, sampler
+from specgate.gates import test_generate as generate_gate
+from specgate.gates import test_sample as gate
 from specgate.plugin import SpecgateSession, get_model, snapshot_cases
-from tests.gates import test_generate as generate_gate
-from tests.gates import test_sample as gate
 from tests.oracle import test_decode_loop as stops
 
 MODEL = "qwen2.5-coder-0.5b-instruct"

@@ -1,7 +1,7 @@
 """The oracle's chat-template renderer: refusals, the sandbox, fallback, incremental render.
 
 Byte-for-byte agreement with transformers is the render gate's job
-(tests/gates/test_render.py, from snapshots) and the property tests'
+(specgate/gates/test_render.py, from snapshots) and the property tests'
 (test_template_properties.py, live). Here: what the renderer must refuse and how
 it says so — the checks are in ``template_checks.py``, where the mutation tests show
 each one catching a planted defect.

@@ -3,7 +3,7 @@
 * sandbox turned off (a plain jinja2 environment) → the hostile-corpus check
   (``test_template.hostile_problem``) reports the hostile template as rendered;
 * a render error swallowed into a generic ChatML prompt → the render gate
-  (``tests/gates/test_render.py::test_render``, the function ``nox -s parity`` runs)
+  (``specgate/gates/test_render.py::test_render``, the function ``nox -s parity`` runs)
   fails on a conversation transformers refuses, and the construct gate fails on the
   template's own ``raise_exception``;
 * a refusal message without the construct or without the line → the refusal-message
@@ -20,8 +20,8 @@ from impl.oracle import OracleEngine
 from oracle import template as tpl
 from oracle import template_env, template_sandbox
 from specgate.corpus import constructs_model
+from specgate.gates import test_render as gate
 from specgate.plugin import get_model, snapshot_cases
-from tests.gates import test_render as gate
 from tests.oracle import template_checks as checks
 
 # Only templates that are harmless when run unsandboxed (introspection, no calls

@@ -29,8 +29,8 @@ from oracle.gguf import open_gguf
 from oracle.special import SpecialScanner
 from oracle.tokenizer import Tokenizer
 from specgate.derive import write_vocab_only, writer_value
+from specgate.gates import test_tokenizer as gate
 from specgate.plugin import get_model, snapshot_cases
-from tests.gates import test_tokenizer as gate
 
 GATE_FAILED = pytest.fail.Exception
 

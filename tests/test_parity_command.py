@@ -1,0 +1,190 @@
+"""``specgate parity`` is the gate run, from any directory and from an installed wheel:
+the gates (``specgate/gates``), the corpus, the snapshots and the schemas travel with the
+package (``impl/datafiles.py`` finds them), the directory it runs in lends it no pytest
+configuration, and an engine is judged the same way — green for the oracle, red for a
+planted wrong engine — with the reports in ``./reports``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from impl.datafiles import DATA_FOLDERS, DATA_ROOT, data_root
+from impl.process import lifeline
+from specgate import models as model_cache
+from specgate.plugin import model_missing
+
+ROOT = Path(__file__).resolve().parents[1]
+VOCAB = "qwen3-vocab"
+SELECTION = ["--stages", "encode", "--models", VOCAB]
+
+#: A planted wrong engine: the oracle's encode with every id one too high.
+WRONG_IDS = """
+import sys
+
+from impl.oracle import OracleEngine
+from impl.process.server import serve
+
+
+class WrongIds(OracleEngine):
+    name = "wrong-ids"
+
+    def encode(self, model, text, parse_special):
+        return [i + 1 for i in super().encode(model, text, parse_special)]
+
+
+sys.exit(serve(WrongIds()))
+"""
+
+#: What a directory's own pytest configuration would do to a gate run that read it.
+HOSTILE_CONFIG = {
+    "pytest.ini": "[pytest]\naddopts = --no-such-option\n",
+    "conftest.py": "raise RuntimeError('the directory the run starts in lent it its conftest')\n",
+}
+
+
+@pytest.fixture(scope="module")
+def vocab() -> None:
+    if VOCAB not in model_cache.cached_models():
+        model_missing(f"{VOCAB}; run: specgate models fetch")
+
+
+def parity(
+    python: Path | str, cwd: Path, *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    cmd = [str(python), "-m", "specgate", "parity", "-q", *args]
+    return lifeline.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def planted(folder: Path, python: Path | str) -> str:
+    script = folder / "wrong_ids.py"
+    script.write_text(WRONG_IDS, encoding="utf-8")
+    return f"cmd:{python} {script}"
+
+
+def report_of(folder: Path, stem_start: str) -> dict:
+    found = sorted((folder / "reports").glob(f"parity-{stem_start}*.json"))
+    assert len(found) == 1, (
+        sorted((folder / "reports").glob("*")) if (folder / "reports").exists() else "no reports/"
+    )
+    return json.loads(found[0].read_text(encoding="utf-8"))
+
+
+def check_green_and_red(python: Path | str, folder: Path, *extra: str) -> None:
+    """The oracle green and a planted wrong engine red, each run from ``folder`` (which
+    holds a hostile pytest configuration), the reports in ``folder/reports``."""
+    for name, text in HOSTILE_CONFIG.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    green = parity(python, folder, "--impl", "oracle", *SELECTION, *extra)
+    assert green.returncode == 0, green.stdout[-3000:] + green.stderr[-3000:]
+    report = report_of(folder, "oracle")
+    outcomes = {c["outcome"] for c in report["cases"]}
+    assert report["cases"] and outcomes <= {"pass", "reference-disagreement"}, outcomes
+    assert all(
+        c["nodeid"].startswith("specgate/gates/test_tokenizer.py::test_encode[") for c in report["cases"]
+    )
+    assert {p.suffix for p in (folder / "reports").glob("parity-oracle*")} >= {
+        ".md",
+        ".json",
+        ".html",
+        ".xml",
+    }
+
+    red = parity(
+        python, folder, "--impl", planted(folder, python), *SELECTION, *extra, "--shrink-budget", "5"
+    )
+    assert red.returncode == 1, red.stdout[-3000:] + red.stderr[-3000:]
+    cases = report_of(folder, "cmd")["cases"]
+    passed = [c["nodeid"] for c in cases if c["outcome"] != "fail"]
+    # The empty text's ids, [], have nothing to shift: the one case the planted engine gets right.
+    assert cases and all("/ws-empty/" in nodeid for nodeid in passed), passed
+
+
+def test_the_data_is_found_in_one_place(tmp_path: Path) -> None:
+    """A checkout's root holds the data folders; anywhere else (site-packages) they are the
+    package's ``specgate/_data``. Every reader goes through ``DATA_ROOT``."""
+    from impl.process import schema
+    from impl.text import inputs
+    from specgate import corpus, shard, snapshots
+
+    checkout = tmp_path / "checkout"
+    for name in DATA_FOLDERS:
+        (checkout / name).mkdir(parents=True)
+    assert data_root(checkout) == checkout / "specgate" / "_data"  # folders alone: not a checkout
+    (checkout / "pyproject.toml").write_text("[project]\n", encoding="utf-8")
+    assert data_root(checkout) == checkout
+    site = tmp_path / "site-packages"
+    (site / "specgate").mkdir(parents=True)
+    assert data_root(site) == site / "specgate" / "_data"
+
+    assert DATA_ROOT == ROOT
+    readers = [
+        snapshots.SNAPSHOT_ROOT, corpus.CORPUS, shard.COSTS, model_cache.MANIFEST, schema.PROTOCOL_DIR, inputs.CORPUS
+    ]  # fmt: skip
+    assert all(path.is_relative_to(DATA_ROOT) and path.exists() for path in readers), readers
+
+
+@pytest.mark.slow  # two gate runs with triage: ~20 s on a quiet machine
+def test_specgate_parity_runs_from_any_directory(tmp_path: Path, vocab: None) -> None:
+    """From a directory whose pytest.ini and conftest.py would break a pytest run: the
+    oracle green (exit 0, reports in ./reports, node ids of the packaged gates), a planted
+    wrong engine red (exit 1, every case failed), a few cases each."""
+    check_green_and_red(sys.executable, tmp_path, "--max-cases", "6")
+
+
+def test_a_usage_error_of_specgate_parity_is_one_line(tmp_path: Path) -> None:
+    proc = parity(sys.executable, tmp_path, "--impl", "oracle", "--stages", "tokenize")
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "unknown stage(s) tokenize" in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # builds the wheel, a fresh virtualenv and installs the light dependencies: minutes
+def test_the_wheel_carries_the_gates_and_their_data(tmp_path: Path, vocab: None) -> None:
+    """``pip install <checkout>`` (a wheel, not editable) in a fresh virtualenv outside the
+    checkout, with the light dependencies only (no torch): from an empty directory,
+    ``specgate parity --impl oracle --stages encode --models qwen3-vocab`` is green over
+    every case and a planted wrong engine is red."""
+    wheels, venv, empty = tmp_path / "wheels", tmp_path / "venv", tmp_path / "empty"
+    empty.mkdir()
+    build = lifeline.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    (wheel,) = wheels.glob("specgate-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for name in [
+        "specgate/gates/test_tokenizer.py", "specgate/gates/conftest.py", "specgate/schemas/reproducer.schema.json",
+        "specgate/_data/corpus/models.toml", f"specgate/_data/snapshots/{VOCAB}/encode.json",
+        "specgate/_data/protocol/handshake.schema.json",
+    ]:  # fmt: skip
+        assert name in names, name
+    assert not any(n.startswith(("tests/", "specgate/_data/snapshots/__pycache__")) for n in names)
+    size = wheel.stat().st_size
+    assert size < 20_000_000, (
+        f"the wheel is {size / 1e6:.1f} MB"
+    )  # 10.8 MB when written: snapshots 21 MB unpacked
+
+    lifeline.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    install = lifeline.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints" / "references.txt"),
+         str(wheel)],
+        cwd=empty, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    where = lifeline.run(
+        [str(python), "-c", "import specgate, impl.datafiles as d; print(specgate.__file__); print(d.DATA_ROOT)"],
+        cwd=empty, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert str(ROOT) not in where.stdout and where.stdout.count(str(venv)) == 2, where.stdout + where.stderr
+    assert lifeline.run([str(python), "-c", "import torch"], capture_output=True, timeout=120).returncode != 0
+    check_green_and_red(python, empty)
