@@ -1,7 +1,10 @@
 """``--impl 'cmd:<command line>'``: an engine in any language, as an external process
 speaking the JSON-lines protocol of PROTOCOL.md over its stdin/stdout.
 
-The process is started once per session (lazily, on the first request) and reused.
+Every op goes through one ``CmdEngine.request(op, **args)``: the ``Engine`` methods
+are forwarders built from the protocol's table (``impl.ops``), so the requests are
+what the schemas say. The process is started once per session (lazily, on the first
+request) and reused.
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). What an engine writes is held in

@@ -13,6 +13,9 @@ base64 codec:
 
 Floats travel as JSON numbers (Python's shortest round-trip repr, so exact);
 non-finite floats use the literals ``NaN``, ``Infinity``, ``-Infinity``.
+
+A call's arguments become request fields by the op's table (``impl.ops``):
+``request_fields`` (the client) and ``call_arguments`` (the server) are inverses.
 """
 
 from __future__ import annotations
