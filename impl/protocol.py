@@ -1,8 +1,9 @@
 """The one small protocol every engine adapter speaks.
 
 An adapter declares which pipeline stages (capabilities) it offers and implements
-one method per capability. A stage the adapter does not list is reported as
-``n/a`` by the gates — never as a pass. References (transformers, llama.cpp,
+one method per op; the ops, their capabilities and their arguments are the
+protocol's (``impl.ops``, read from ``protocol/``). A stage the adapter does not
+offer is reported as ``n/a`` by the gates — never as a pass. References (transformers, llama.cpp,
 tiktoken, CPython ``regex``) are adapters too; only adapters with
 ``is_reference = True`` may write snapshots.
 
@@ -18,23 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from impl.ops import CAPABILITIES as CAPABILITIES  # re-exported: the protocol's names
+from impl.ops import CONFORMANCE_CLASSES as CONFORMANCE_CLASSES
+from impl.ops import OPS
 from oracle.trace import KINDS as TRACE_KINDS
-
-CAPABILITIES: tuple[str, ...] = (
-    "metadata",
-    "render",
-    "split",
-    "encode",
-    "decode",
-    "logits",
-    "sample",
-    "generate",
-    "trace",
-)
-
-
-CONFORMANCE_CLASSES: tuple[str, ...] = ("exact", "quantized")
-
 
 LOADERS: tuple[str, ...] = ("transformers", "dequantized")
 
@@ -104,7 +92,10 @@ class Unsupported(Exception):
 
 class Engine:
     """Base class for adapters. Subclasses set ``name`` and override the methods of
-    the capabilities they offer; ``capabilities`` is derived from the overrides.
+    the ops they answer (``impl.ops.OPS``). ``capabilities`` is a set: an adapter
+    declares it (a class attribute), a remote adapter's handshake fills it, and
+    otherwise it is the capabilities of the ops the class implements (``implemented``,
+    computed once per class when it is defined). ``ops`` is what the engine answers.
 
     Method contracts (all stages are pure functions of their arguments):
 
@@ -138,11 +129,23 @@ class Engine:
     #: a kind left out is skipped by the trace stage's walk, and said so.
     trace_points: frozenset[str] = frozenset(TRACE_KINDS)
 
+    #: The ops whose methods this class overrides: computed once, when the class is defined.
+    implemented: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.implemented = frozenset(op for op in OPS if getattr(cls, op) is not getattr(Engine, op))
+
     @property
     def capabilities(self) -> frozenset[str]:
-        """The stages whose methods this adapter overrides (a remote adapter
-        overrides this with what its handshake declared)."""
-        return frozenset(c for c in CAPABILITIES if getattr(type(self), c) is not getattr(Engine, c))
+        """The stages offered (see the class docstring): by default those of ``implemented``."""
+        return frozenset(OPS[op].capability for op in self.implemented)
+
+    @property
+    def ops(self) -> frozenset[str]:
+        """The ops this engine answers: those it implements of the stages it offers (``render``
+        may come without ``render_template``; a remote engine's handshake says which)."""
+        return frozenset(op for op in self.implemented if OPS[op].capability in self.capabilities)
 
     def version(self) -> str:
         return "unknown"

@@ -120,9 +120,16 @@ def _export(ids: list[str], manifest: dict) -> int:
 
 
 def _engine(args: argparse.Namespace) -> int:
-    from impl.process.server import serve
+    from impl.process.server import claim_stdout, serve
+    from impl.registry import MissingExtra, UnknownImpl, resolve
 
-    return serve(args.impl)
+    out = claim_stdout()  # before the adapter loads: nothing it prints reaches the protocol's stdout
+    try:
+        engine = resolve(args.impl)
+    except UnknownImpl as exc:
+        print(f"specgate engine: {exc}", file=sys.stderr)
+        return 4 if isinstance(exc, MissingExtra) else 2
+    return serve(engine, stdout=out)
 
 
 def _repro(args: argparse.Namespace) -> int:

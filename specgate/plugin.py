@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from impl.protocol import Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
 from specgate import interrupts, selection, snapshots, text_safety
 from specgate import models as model_cache
@@ -40,7 +40,6 @@ from specgate.verdict import GateRecord, run_verdict
 GATE_STAGES = ("metadata", "render", "template", "split", "encode", "decode", "logits", "sample", "generate",
                "trace")  # fmt: skip
 CLASSED_STAGES = ("logits", "generate", "trace")
-CONFORMANCE_CLASSES = ("exact", "quantized")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

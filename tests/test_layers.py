@@ -7,7 +7,10 @@ lazy import included — it is an arrow too) of every module in ``oracle/``,
 * a third-party adapter (``impl/ecosystem/<engine>/``) imports only the standard library,
   its engine's own package and the shared helpers ``impl/ecosystem/jsonl_engine.py`` and
   ``divergences.py``;
-* no two modules import each other, directly or around a longer loop.
+* no two modules import each other, directly or around a longer loop;
+* inside ``impl/`` no arrow runs back up: with each subpackage (``impl.process``,
+  ``impl.http`` …) one node beside the top-level modules (``impl.protocol``,
+  ``impl.registry`` …), the packages do not import each other around a loop either.
 """
 
 from __future__ import annotations
@@ -175,6 +178,42 @@ def test_no_import_cycle() -> None:
     loops = cycles(arrows)
     assert not loops, "modules importing each other (directly or around a loop):\n" + "\n".join(
         " <-> ".join(loop) for loop in loops
+    )
+
+
+def _package(module: str) -> str:
+    """A module's node in the package graph: its subpackage (``impl.process.server`` ->
+    ``impl.process``), or itself for a top-level module (``impl.registry``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_arrows(arrows: dict[str, set[str]], layer: str) -> dict[str, set[str]]:
+    """The arrows of ``layer`` between its packages."""
+    out: dict[str, set[str]] = {}
+    for module, targets in arrows.items():
+        if _top(module) == layer:
+            node = _package(module)
+            out.setdefault(node, set()).update(
+                _package(t) for t in targets if _top(t) == layer and _package(t) != node
+            )
+    return out
+
+
+def test_impl_packages_import_in_one_direction() -> None:
+    """The registry knows every adapter package (``cmd:`` -> ``impl.process``), so no
+    adapter package may import the registry, or anything that leads back to it."""
+    arrows, imports = import_graph()
+    loops = cycles(package_arrows(arrows, "impl"))
+    shown = [
+        line
+        for loop in loops
+        for module, lines in imports.items()
+        if _package(module) in loop
+        for line in lines
+        if _package(line.rsplit(" ", 1)[1]) in set(loop) - {_package(module)}
+    ]
+    assert not loops, "impl/ packages importing each other (an arrow back up):\n" + "\n".join(
+        [" <-> ".join(loop) for loop in loops] + shown
     )
 
 

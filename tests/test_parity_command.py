@@ -110,7 +110,7 @@ def check_green_and_red(python: Path | str, folder: Path, *extra: str) -> None:
 def test_the_data_is_found_in_one_place(tmp_path: Path) -> None:
     """A checkout's root holds the data folders; anywhere else (site-packages) they are the
     package's ``specgate/_data``. Every reader goes through ``DATA_ROOT``."""
-    from impl.process import schema
+    from impl import ops
     from impl.text import inputs
     from specgate import corpus, shard, snapshots
 
@@ -126,7 +126,7 @@ def test_the_data_is_found_in_one_place(tmp_path: Path) -> None:
 
     assert DATA_ROOT == ROOT
     readers = [
-        snapshots.SNAPSHOT_ROOT, corpus.CORPUS, shard.COSTS, model_cache.MANIFEST, schema.PROTOCOL_DIR, inputs.CORPUS
+        snapshots.SNAPSHOT_ROOT, corpus.CORPUS, shard.COSTS, model_cache.MANIFEST, ops.PROTOCOL_DIR, inputs.CORPUS
     ]  # fmt: skip
     assert all(path.is_relative_to(DATA_ROOT) and path.exists() for path in readers), readers
 

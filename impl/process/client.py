@@ -1,7 +1,10 @@
 """``--impl 'cmd:<command line>'``: an engine in any language, as an external process
 speaking the JSON-lines protocol of PROTOCOL.md over its stdin/stdout.
 
-The process is started once per session (lazily, on the first request) and reused.
+Every op goes through one ``CmdEngine.request(op, **args)``: the ``Engine`` methods
+are forwarders built from the protocol's table (``impl.ops``), so the requests are
+what the schemas say. The process is started once per session (lazily, on the first
+request) and reused.
 Every request has a deadline (``SPECGATE_CMD_TIMEOUT`` seconds, default 60; the
 start-up handshake gets ``SPECGATE_CMD_STARTUP_TIMEOUT``, default 120, since an
 engine may load weights before it says hello). What an engine writes is held in
@@ -30,14 +33,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from impl import bounds
 from impl.envvars import env_count, env_seconds
+from impl.ops import OPS
 from impl.process import lifeline, pipes, schema, wire
 from impl.protocol import (
     CAPABILITIES,
@@ -46,7 +48,6 @@ from impl.protocol import (
     Engine,
     EngineDied,
     EngineError,
-    ModelRef,
     Unsupported,
 )
 
@@ -64,7 +65,28 @@ MAX_LINE_BYTES = 256 * 1024 * 1024
 MAX_LINE_BYTES_FULL_LOGITS = 1024 * 1024 * 1024
 
 
-class CmdEngine(Engine):
+class _Requesting(Engine):
+    """An adapter whose every op method (``metadata`` … ``trace``, set below from
+    ``impl.ops.OPS``) is ``self.request(op, **its arguments by name)``."""
+
+    def request(self, op: str, **args: Any) -> Any:
+        raise NotImplementedError
+
+
+def _forward(op: str) -> Callable[..., Any]:
+    def method(self: _Requesting, *args: Any, **kwargs: Any) -> Any:
+        return self.request(op, **OPS[op].bind(args, kwargs))
+
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = f"``Engine.{op}``, through ``request``."
+    return method
+
+
+for _op in OPS:
+    setattr(_Requesting, _op, _forward(_op))
+
+
+class CmdEngine(_Requesting):
     name = "cmd"
 
     def __init__(self, command_line: str, timeout: float | None = None, startup_timeout: float | None = None):
@@ -160,11 +182,6 @@ class CmdEngine(Engine):
             self._kill()
             raise EngineError(self._refusal)
         self._hello = hello
-        ops = hello.get("ops")
-        if isinstance(ops, list) and "render" in hello["capabilities"] and "render_template" not in ops:
-            # Mirror the remote engine: an adapter that renders only its models' own
-            # templates has no render_template override (the construct gate is n/a).
-            self.__class__ = _CmdEngineWithoutRenderTemplate
         # `name` stays "cmd" (gates key caches by it); messages name the engine itself.
         self.label = f"cmd:{hello.get('engine', '?')}"
 
@@ -258,8 +275,29 @@ class CmdEngine(Engine):
         except UnicodeDecodeError as exc:
             raise self._broken(f"answer to {what} is not UTF-8: {exc}") from None
 
-    def request(self, op: str, **fields: Any) -> Any:
-        """Send one request, wait for its response, return the decoded result."""
+    def request(self, op: str, **args: Any) -> Any:
+        """The one path of every op (the ``Engine`` methods all come here): the call's
+        arguments by name (``impl.ops.Op.bind``) in their wire form, the client's own
+        fields (``top_k``), one exchange, then the checks the answer must pass for this
+        request (``_RESULT_CHECKS``)."""
+        spec = OPS.get(op)
+        if spec is None:
+            raise EngineError(f"{self.label}: no op {op!r} in the protocol; known: {', '.join(OPS)}")
+        fields = wire.request_fields(spec, args)
+        choices = {"top_k": self.logits_top_k}
+        fields.update({name: choices[name] for name in spec.transport})
+        result = self.exchange(op, fields)
+        check = _RESULT_CHECKS.get(op)
+        if check is None:
+            return result
+        try:  # the schema fixes the form; sizes and rows depend on the request and the model
+            return check(result, args)
+        except (EngineError, wire.WireError) as exc:
+            raise self._broken(f"{op}: {exc}") from None
+
+    def exchange(self, op: str, fields: dict[str, Any]) -> Any:
+        """Send one request line of wire ``fields``, wait for its response, return the
+        decoded result (what ``request`` builds; tests send what it never would)."""
         self._ensure_started()
         assert self._proc is not None and self._proc.stdin is not None
         self._next_id += 1
@@ -301,7 +339,7 @@ class CmdEngine(Engine):
             raise self._broken(f"answer to {what} has neither result nor error: {str(response)[:200]!r}")
         try:
             # Validation counts against the request's deadline (PROTOCOL.md section 6).
-            shape_problem = schema.result_problem(op, response["result"]) if op in wire.OPS else None
+            shape_problem = schema.result_problem(op, response["result"]) if op in OPS else None
             if shape_problem:  # a wrong-shaped result is a broken engine (PROTOCOL.md section 6)
                 raise self._broken(f"answer to {what} does not follow the protocol: {shape_problem}")
             if time.monotonic() > deadline:
@@ -333,6 +371,21 @@ class CmdEngine(Engine):
         return frozenset(c for c in self._hello["capabilities"] if c in CAPABILITIES)
 
     @property
+    def ops(self) -> frozenset[str]:
+        """The ops of the declared capabilities, of those the handshake's ``ops`` lists
+        when it lists them (an engine rendering only its models' own templates leaves
+        out ``render_template``: the construct gate is n/a)."""
+        self._ensure_started()
+        assert self._hello is not None
+        listed = self._hello.get("ops")
+        capabilities = self.capabilities
+        return frozenset(
+            op
+            for op, spec in OPS.items()
+            if spec.capability in capabilities and (not isinstance(listed, list) or op in listed)
+        )
+
+    @property
     def classes(self) -> frozenset[str]:  # type: ignore[override]
         """The conformance classes the handshake claims (``classes``; default
         ``["quantized"]``); names other than ``exact`` and ``quantized`` are ignored."""
@@ -356,67 +409,6 @@ class CmdEngine(Engine):
         assert self._hello is not None
         return dict(self._hello)
 
-    def metadata(self, model: ModelRef) -> dict[str, Any]:
-        return self.request("metadata", model=wire.model_to_wire(model))
-
-    def render(
-        self,
-        model: ModelRef,
-        messages: Sequence[dict[str, Any]],
-        add_generation_prompt: bool = True,
-        **kwargs: Any,
-    ) -> str:
-        return self.request(
-            "render",
-            model=wire.model_to_wire(model),
-            messages=wire.encode_value(list(messages)),
-            add_generation_prompt=add_generation_prompt,
-            kwargs=wire.encode_value(kwargs),
-        )
-
-    def render_template(self, template: str, context: dict[str, Any]) -> str:
-        return self.request("render_template", template=template, context=wire.encode_value(context))
-
-    def split(self, model: ModelRef, text: str) -> list[str]:
-        return self.request("split", model=wire.model_to_wire(model), text=text)
-
-    def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
-        return self.request("encode", model=wire.model_to_wire(model), text=text, parse_special=parse_special)
-
-    def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
-        return self.request("decode", model=wire.model_to_wire(model), ids=[int(i) for i in ids])
-
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
-        result = self.request(
-            "logits", model=wire.model_to_wire(model), ids=[int(i) for i in ids], top_k=self.logits_top_k
-        )
-        n_vocab = bounds.model_n_vocab(model.gguf)
-        if isinstance(result, dict) and "top_k" in result:
-            try:
-                result = wire.expand_top_k(result["top_k"], n_vocab)
-            except wire.WireError as exc:
-                raise self._broken(f"logits: {exc}") from None
-        try:  # the schema fixes the form; rows, width and finiteness depend on the request and model
-            return bounds.check_logit_rows(result, len(ids), n_vocab)
-        except EngineError as exc:
-            raise self._broken(f"logits: {exc}") from None
-
-    def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
-        return self.request(
-            "sample",
-            logits=wire.encode_value(np.asarray(logits)),
-            params=wire.encode_value(params),
-            r=float(r),
-        )
-
-    def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
-        return self.request(
-            "generate",
-            model=wire.model_to_wire(model),
-            ids=[int(i) for i in ids],
-            params=wire.encode_value(params),
-        )
-
     @property
     def trace_points(self) -> frozenset[str]:  # type: ignore[override]
         """The point kinds the handshake's ``trace_points`` names (absent: every kind)."""
@@ -424,30 +416,6 @@ class CmdEngine(Engine):
         assert self._hello is not None
         named = self._hello.get("trace_points", list(TRACE_KINDS))
         return frozenset(k for k in named if k in TRACE_KINDS) if isinstance(named, list) else frozenset()
-
-    def trace(
-        self,
-        model: ModelRef,
-        ids: Sequence[int],
-        points: Sequence[str],
-        positions: Sequence[int] | None = None,
-    ) -> dict[str, Any]:
-        fields: dict[str, Any] = {"model": wire.model_to_wire(model), "ids": [int(i) for i in ids],
-                                  "points": list(points)}  # fmt: skip
-        if positions is not None:
-            fields["positions"] = [int(p) for p in positions]
-        result = self.request("trace", **fields)
-        rows = len(ids) if positions is None else len(positions)
-        got = result["points"]
-        missing = [p for p in points if p not in got]
-        if missing:  # the schema fixes the form; which points and rows depends on the request
-            raise self._broken(f"trace: points asked but not answered: {', '.join(missing[:5])}")
-        for point in points:
-            value = got[point]
-            if value.ndim != 2 or value.shape[0] != rows:
-                raise self._broken(f"trace: {point} must be [{rows}, columns] (one row per position); "
-                                   f"got shape {list(value.shape)}")  # fmt: skip
-        return {p: got[p] for p in points}
 
 
 def _one_line(exc: BaseException) -> str:
@@ -482,5 +450,31 @@ def _check_result(op: str, fields: dict[str, Any], result: Any, n_vocab: int | N
             bounds.check_ids([token], width, "token")
 
 
-class _CmdEngineWithoutRenderTemplate(CmdEngine):
-    render_template = Engine.render_template
+def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
+    """A full array, or the top-k form expanded; rows, width and finiteness checked."""
+    n_vocab = bounds.model_n_vocab(args["model"].gguf)
+    if isinstance(result, dict) and "top_k" in result:
+        result = wire.expand_top_k(result["top_k"], n_vocab)
+    return bounds.check_logit_rows(result, len(args["ids"]), n_vocab)
+
+
+def _trace_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Every point asked, one row per position asked, in the order asked."""
+    points, positions = args["points"], args.get("positions")
+    rows = len(args["ids"]) if positions is None else len(positions)
+    got = result["points"]
+    missing = [p for p in points if p not in got]
+    if missing:
+        raise EngineError(f"points asked but not answered: {', '.join(missing[:5])}")
+    for point in points:
+        value = got[point]
+        if value.ndim != 2 or value.shape[0] != rows:
+            raise EngineError(f"{point} must be [{rows}, columns] (one row per position); "
+                              f"got shape {list(value.shape)}")  # fmt: skip
+    return {p: got[p] for p in points}
+
+
+_RESULT_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
+    "logits": _logits_answer,
+    "trace": _trace_answer,
+}

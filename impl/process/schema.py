@@ -27,24 +27,15 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
-from impl.datafiles import DATA_ROOT
+from impl.ops import BASE_URI, OPS, PROTOCOL, Protocol
 
-PROTOCOL_DIR = DATA_ROOT / "protocol"
-BASE_URI = "https://specgate.example/protocol/"
 VALUE_SHOWN = 120  # characters of an offending value quoted in a message
 
 
-@cache
 def _resources() -> dict[str, dict[str, Any]]:
-    """Every schema file, by its path relative to ``protocol/`` (``results/encode.schema.json``)."""
-    out = {}
-    for path in sorted(PROTOCOL_DIR.rglob("*.schema.json")):
-        schema = json.loads(path.read_text(encoding="utf-8"))
-        relative = path.relative_to(PROTOCOL_DIR).as_posix()
-        if schema.get("$id") != BASE_URI + relative:
-            raise ValueError(f"{path}: $id must be {BASE_URI + relative!r}, found {schema.get('$id')!r}")
-        out[relative] = schema
-    return out
+    """Every schema file, by its path relative to ``protocol/`` (``results/encode.schema.json``),
+    as ``impl.ops`` read them."""
+    return PROTOCOL.documents
 
 
 @cache
@@ -67,12 +58,6 @@ def schema(name: str) -> dict[str, Any]:
 @cache
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema(name), registry=_registry())
-
-
-def ops() -> list[str]:
-    """The ops with a request schema, in the order PROTOCOL.md lists them."""
-    names = [n.split("/")[1].removesuffix(".schema.json") for n in _resources() if n.startswith("requests/")]
-    return sorted(names, key=lambda op: (schema(f"requests/{op}.schema.json").get("x-order", 99), op))
 
 
 def problem(name: str, value: Any, where: str = "value") -> str | None:
@@ -128,21 +113,16 @@ def request_problem(request: dict[str, Any]) -> str | None:
 
 def request_fields(op: str) -> tuple[list[str], list[str]]:
     """(required, optional) field names of an op's request, without ``id`` and ``op``."""
-    request = schema(f"requests/{op}.schema.json")
-    fields = [f for f in request["properties"] if f not in ("id", "op")]
-    required = [f for f in fields if f in request["required"]]
-    return required, [f for f in fields if f not in required]
+    return list(OPS[op].required), list(OPS[op].optional)
 
 
-def op_table() -> str:
-    """The op table of PROTOCOL.md section 4."""
+def op_table(protocol: Protocol = PROTOCOL) -> str:
+    """The op table of PROTOCOL.md section 4, from ``impl.ops``' table."""
     rows = ["| op | capability | request fields | `result` |", "|---|---|---|---|"]
-    for op in ops():
-        request = schema(f"requests/{op}.schema.json")
-        required, optional = request_fields(op)
-        fields = ", ".join([f"`{f}`" for f in required] + [f"`{f}` (optional)" for f in optional])
-        result = _cell(schema(f"results/{op}.schema.json")["description"])
-        rows.append(f"| `{op}` | `{request['x-capability']}` | {fields} | {result} |")
+    for op, spec in protocol.ops.items():
+        fields = ", ".join([f"`{f}`" for f in spec.required] + [f"`{f}` (optional)" for f in spec.optional])
+        result = _cell(protocol.documents[f"results/{op}.schema.json"]["description"])
+        rows.append(f"| `{op}` | `{spec.capability}` | {fields} | {result} |")
     return "\n".join(rows)
 
 

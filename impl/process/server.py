@@ -22,12 +22,12 @@ from typing import IO, Any
 
 import numpy as np
 
+from impl.ops import OPS
 from impl.process import schema, wire
 from impl.protocol import TRACE_KINDS, Engine, Unsupported
-from impl.registry import MissingExtra, UnknownImpl, resolve
 
 
-def _claim_stdout() -> IO[str]:
+def claim_stdout() -> IO[str]:
     """A private text stream on the original stdout; fd 1 then points at stderr."""
     sys.stdout.flush()
     proto_fd = os.dup(1)
@@ -40,37 +40,19 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     """One request object -> one response object (never raises for a bad request)."""
     rid = request.get("id")
     op = request.get("op")
-    if op not in wire.OPS:
-        return _error(rid, "bad_request", f"unknown op {op!r}; known: {', '.join(wire.OPS)}")
-    _, names = wire.OPS[op]
-    if op not in implemented_ops(engine):
+    if op not in OPS:
+        return _error(rid, "bad_request", f"unknown op {op!r}; known: {', '.join(OPS)}")
+    if op not in engine.ops:
         return _error(rid, "unsupported", f"{engine.name} does not offer {op!r}")
     request_problem = schema.request_problem(request)
     if request_problem:
         return _error(rid, "bad_request", request_problem)
     try:
-        args = []
-        for name in names:
-            if name == "model":
-                args.append(wire.model_from_wire(request.get("model")))
-            elif name == "kwargs":
-                args.append(wire.decode_value(request.get("kwargs") or {}))
-            elif name == "add_generation_prompt":
-                args.append(bool(request.get(name, True)))
-            elif name == "positions":  # optional: every position when absent
-                args.append(request.get(name))
-            elif name in request:
-                args.append(wire.decode_value(request[name]))
-            else:
-                return _error(rid, "bad_request", f"op {op!r} needs field {name!r}")
+        named = wire.call_arguments(OPS[op], request)
     except wire.WireError as exc:
         return _error(rid, "bad_request", str(exc))
-    if op == "render":
-        *args, kwargs = args
-    else:
-        kwargs = {}
     try:
-        result = getattr(engine, op)(*args, **kwargs)
+        result = OPS[op].invoke(engine, named)
     except Unsupported as exc:
         return _error(rid, "unsupported", str(exc))
     except Exception as exc:
@@ -92,28 +74,18 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def implemented_ops(engine: Engine) -> list[str]:
-    """The ops of the offered capabilities the adapter implements (``render`` may
-    come without ``render_template``)."""
-    return [
-        op
-        for op, (capability, _) in wire.OPS.items()
-        if engine.offers(capability) and getattr(type(engine), op, None) is not getattr(Engine, op)
-    ]
+    """The ops ``engine`` answers, in the protocol's order (the handshake's ``ops``)."""
+    return [op for op in OPS if op in engine.ops]
 
 
 def _error(rid: Any, kind: str, message: str) -> dict[str, Any]:
     return {"id": rid, "error": {"type": kind, "message": message}}
 
 
-def serve(impl: str | Engine, stdin: Iterable[bytes] | None = None, stdout: IO[str] | None = None) -> int:
-    """Serve ``impl`` (an adapter, or anything ``--impl`` accepts) until stdin closes."""
-    out = stdout if stdout is not None else _claim_stdout()
+def serve(engine: Engine, stdin: Iterable[bytes] | None = None, stdout: IO[str] | None = None) -> int:
+    """Serve ``engine`` (an adapter; ``specgate engine --impl X`` resolves ``X``) until stdin closes."""
+    out = stdout if stdout is not None else claim_stdout()
     src = stdin if stdin is not None else sys.stdin.buffer
-    try:
-        engine = resolve(impl) if isinstance(impl, str) else impl
-    except UnknownImpl as exc:
-        print(f"specgate engine: {exc}", file=sys.stderr)
-        return 4 if isinstance(exc, MissingExtra) else 2
     hello = {
         "protocol": wire.PROTOCOL,
         "engine": engine.name,

@@ -13,11 +13,15 @@ base64 codec:
 
 Floats travel as JSON numbers (Python's shortest round-trip repr, so exact);
 non-finite floats use the literals ``NaN``, ``Infinity``, ``-Infinity``.
+
+A call's arguments become request fields by the op's table (``impl.ops``):
+``request_fields`` (the client) and ``call_arguments`` (the server) are inverses.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -26,23 +30,10 @@ import numpy as np
 
 from impl.bounds import check_top_k
 from impl.named_logprobs import NamedLogprobs
+from impl.ops import VERSION, Op
 from impl.protocol import EngineError, ModelRef
 
-PROTOCOL = "specgate-jsonl/1"
-
-# op -> (capability it belongs to, argument names in request order)
-OPS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "metadata": ("metadata", ("model",)),
-    "render": ("render", ("model", "messages", "add_generation_prompt", "kwargs")),
-    "render_template": ("render", ("template", "context")),
-    "split": ("split", ("model", "text")),
-    "encode": ("encode", ("model", "text", "parse_special")),
-    "decode": ("decode", ("model", "ids")),
-    "logits": ("logits", ("model", "ids")),
-    "sample": ("sample", ("logits", "params", "r")),
-    "generate": ("generate", ("model", "ids", "params")),
-    "trace": ("trace", ("model", "ids", "points", "positions")),
-}
+PROTOCOL = VERSION  # "specgate-jsonl/1", the handshake schema's
 _DTYPES = ("float32", "float64", "float16", "int32", "int64", "uint8", "bool")
 
 
@@ -166,6 +157,50 @@ def expand_top_k(answer: dict[str, Any], n_vocab: int | None = None) -> np.ndarr
     out[:] = (lse + np.log(rest))[:, None]
     np.put_along_axis(out, ids, values.astype(np.float32), axis=1)
     return out
+
+
+def request_fields(op: Op, named: dict[str, Any]) -> dict[str, Any]:
+    """The request fields of a call's arguments by name (``Op.bind``), each in the form
+    its schema gives; an optional argument left at None is not sent."""
+    missing = [a.name for a in op.arguments if a.required and a.name not in named]
+    if missing:
+        raise TypeError(f"{op.name}: missing argument {', '.join(map(repr, missing))}")
+    return {
+        a.name: to_wire(a.kind, named[a.name])
+        for a in op.arguments
+        if a.required or named.get(a.name) is not None
+    }
+
+
+def to_wire(kind: str, value: Any) -> Any:
+    """One argument on the wire, by its ``impl.ops.Argument.kind``."""
+    if kind == "model":
+        return model_to_wire(value)
+    if kind == "ints":
+        return [int(i) for i in value]
+    if kind == "vector":
+        return encode_value(np.asarray(value))
+    if kind == "number":
+        return float(value)
+    if kind == "list":
+        return encode_value(list(value))
+    return encode_value(value)
+
+
+def call_arguments(op: Op, request: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of ``request_fields``: a (schema-valid) request's arguments by name,
+    decoded, the schema's default for an optional field not sent."""
+    named = {}
+    for a in op.arguments:
+        if a.name not in request:
+            if a.required:
+                raise WireError(f"op {op.name!r} needs field {a.name!r}")
+            named[a.name] = copy.deepcopy(a.default)
+        elif a.kind == "model":
+            named[a.name] = model_from_wire(request[a.name])
+        else:
+            named[a.name] = decode_value(request[a.name])
+    return named
 
 
 def _hashable(key: Any) -> Any:

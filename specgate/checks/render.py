@@ -18,7 +18,7 @@ def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "
     """``(text, "")`` when the engine renders, ``(None, message)`` when it refuses with
     ``Unsupported``. A refusal where the reference renders is the ``refused`` outcome;
     a crash is an ``error`` whatever the reference does (``call`` raises it)."""
-    if method == "render_template" and type(engine).render_template is Engine.render_template:
+    if method == "render_template" and engine.offers("render") and "render_template" not in engine.ops:
         not_applicable(
             f"{engine.name} renders only its models' own templates (no render_template entry point)"
         )

@@ -35,8 +35,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from impl.process.server import _claim_stdout, serve
+from impl.process.server import claim_stdout, serve
 from impl.protocol import Engine, Messages, ModelRef, Unsupported
+from impl.registry import resolve
 
 MIB = 1 << 20
 
@@ -186,7 +187,7 @@ def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
 
 def main() -> int:
     spec = sys.argv[1] if len(sys.argv) > 1 else "oracle"
-    out = _claim_stdout()
+    out = claim_stdout()
     if os.environ.get("SPECGATE_FAULT") == "protocol":
         # A handshake naming another version (or none), written by hand: `specgate engine`
         # itself refuses to send one that does not follow the handshake's schema.
@@ -198,7 +199,9 @@ def main() -> int:
             pass
         return 0
     return serve(
-        TARGETS[spec]() if spec in TARGETS else spec, stdin=faulty(iter(sys.stdin.buffer), out), stdout=out
+        TARGETS[spec]() if spec in TARGETS else resolve(spec),
+        stdin=faulty(iter(sys.stdin.buffer), out),
+        stdout=out,
     )
 
 

@@ -17,6 +17,7 @@ import sys
 import jinja2.utils
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import template, template_env, template_sandbox
 
 
@@ -130,4 +131,4 @@ if __name__ == "__main__":
     parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(DEFECTS)}")
     for name in filter(None, parser.parse_args().defects.split(",")):
         DEFECTS[name]()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

@@ -15,6 +15,7 @@ import unicodedata
 
 from impl.oracle import OracleEngine
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import pretokenize
 from oracle.tokenizer import Tokenizer
 
@@ -109,4 +110,4 @@ if __name__ == "__main__":
     parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(DEFECTS)}")
     for name in filter(None, parser.parse_args().defects.split(",")):
         DEFECTS[name]()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

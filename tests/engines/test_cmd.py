@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 from impl.process.client import CmdEngine
-from impl.protocol import CAPABILITIES, Engine, EngineError, ModelRef, Unsupported
+from impl.protocol import CAPABILITIES, EngineError, ModelRef, Unsupported
+from specgate.checks import render as render_check
+from specgate.gate import NotApplicable
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
 MODEL = ModelRef(
@@ -58,10 +60,17 @@ def test_handshake_names_engine_and_capabilities(toy) -> None:
 
 
 def test_an_engine_without_render_template_mirrors_it() -> None:
+    """The handshake's ``ops`` says so (the class stays ``CmdEngine``), and the construct
+    gate reads it as n/a while the model's own templates are still rendered."""
     engine = CmdEngine(shlex.join([sys.executable, str(FAULT_ENGINE), "toy-own-templates"]))
     try:
         assert "render" in engine.capabilities
-        assert type(engine).render_template is Engine.render_template  # the construct gate reads this as n/a
+        assert "render" in engine.ops and "render_template" not in engine.ops
+        assert type(engine) is CmdEngine
+        with pytest.raises(NotApplicable, match="renders only its models' own templates"):
+            render_check.answer(engine, {"output": "1"}, "{{x}}", {"x": 1}, method="render_template")
+        said = render_check.answer(engine, {}, MODEL, [{"role": "user", "content": "x"}])
+        assert said == ("<user>x\n<assistant>{}", "")
         assert (
             engine.render(MODEL, [{"role": "user", "content": "x"}], add_generation_prompt=False)
             == "<user>x\n{}"
@@ -131,12 +140,12 @@ def test_reported_errors_keep_the_engine_running(toy) -> None:
     with pytest.raises(EngineError, match="RuntimeError: toy exploded"):
         engine.encode(MODEL, "boom", parse_special=False)
     with pytest.raises(EngineError, match=r"bad_request: .*unknown op 'tokenise'"):
-        engine.request("tokenise", text="x")
+        engine.exchange("tokenise", {"text": "x"})
     with pytest.raises(
         EngineError,
         match=r"bad_request: .*requests/encode.schema.json#/required at request: 'parse_special' is a required",
     ):
-        engine.request("encode", model={"id": "m", "gguf": "/m.gguf", "sha256": "0"}, text="x")
+        engine.exchange("encode", {"model": {"id": "m", "gguf": "/m.gguf", "sha256": "0"}, "text": "x"})
     assert engine.encode(MODEL, "ok", parse_special=False) == [111, 107]
     assert engine.starts == 1
 

@@ -18,6 +18,7 @@ import jsonschema
 import numpy as np
 import pytest
 
+from impl.ops import OPS, PROTOCOL_DIR
 from impl.oracle import OracleEngine
 from impl.process import schema, wire
 from impl.process.client import CmdEngine
@@ -32,7 +33,7 @@ TOY_MODEL = ModelRef("toy-model", Path("/nonexistent/toy.gguf"), "ab" * 32)
 
 
 def schema_files() -> list[str]:
-    return sorted(p.relative_to(schema.PROTOCOL_DIR).as_posix() for p in schema.PROTOCOL_DIR.rglob("*.json"))
+    return sorted(p.relative_to(PROTOCOL_DIR).as_posix() for p in PROTOCOL_DIR.rglob("*.json"))
 
 
 @pytest.mark.parametrize("name", schema_files())
@@ -73,20 +74,16 @@ def test_protocol_md_op_table_lists_exactly_the_ops_with_request_and_result_sche
     assert documented == results, (
         f"ops in PROTOCOL.md without a result schema, or the reverse: {documented ^ results}"
     )
-    assert documented == set(wire.OPS), (
-        f"PROTOCOL.md's ops and impl.process.wire.OPS differ: {documented ^ set(wire.OPS)}"
-    )
+    assert documented == set(OPS), f"PROTOCOL.md's ops and impl.ops.OPS differ: {documented ^ set(OPS)}"
 
 
-@pytest.mark.parametrize("op", sorted(wire.OPS))
+@pytest.mark.parametrize("op", sorted(OPS))
 def test_protocol_md_request_fields_match_the_schema(op: str) -> None:
     capability, required, optional = doc_op_rows()[op]
     request = schema.schema(f"requests/{op}.schema.json")
-    assert capability == request["x-capability"] == wire.OPS[op][0]
+    assert capability == request["x-capability"] == OPS[op].capability
     assert required == [f for f in request["required"] if f not in ("id", "op")], f"{op}: required fields"
     assert sorted(required + optional) == sorted(f for f in request["properties"] if f not in ("id", "op"))
-    # the client and the server send and read these very fields
-    assert set(wire.OPS[op][1]) <= set(required + optional) | {"top_k"}
 
 
 def test_protocol_md_tables_are_the_generated_ones() -> None:

@@ -122,9 +122,10 @@ PLANTS: dict[str, Callable[[], None]] = {
 
 if __name__ == "__main__":
     from impl.process.server import serve
+    from impl.registry import resolve
 
     if len(sys.argv) != 2 or sys.argv[1] not in PLANTS:
         print(f"usage: forward_bugs.py {{{'|'.join(PLANTS)}}}", file=sys.stderr)
         sys.exit(4)
     PLANTS[sys.argv[1]]()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

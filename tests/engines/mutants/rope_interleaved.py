@@ -14,6 +14,7 @@ import sys
 import numpy as np
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import rope
 
 
@@ -31,4 +32,4 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import sampler
 
 
@@ -39,4 +40,4 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

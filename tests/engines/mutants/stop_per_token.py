@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import decode_loop
 
 _last_piece = [b""]
@@ -42,4 +43,4 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

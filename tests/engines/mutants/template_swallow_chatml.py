@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import template
 
 
@@ -56,4 +57,4 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import pretokenize
 
 
@@ -22,4 +23,4 @@ def plant() -> None:
 
 if __name__ == "__main__":
     plant()
-    sys.exit(serve("oracle"))
+    sys.exit(serve(resolve("oracle")))
