@@ -442,11 +442,15 @@ class CmdEngine(Engine):
         missing = [p for p in points if p not in got]
         if missing:  # the schema fixes the form; which points and rows depends on the request
             raise self._broken(f"trace: points asked but not answered: {', '.join(missing[:5])}")
-        for point in points:
-            value = got[point]
-            if value.ndim != 2 or value.shape[0] != rows:
-                raise self._broken(f"trace: {point} must be [{rows}, columns] (one row per position); "
-                                   f"got shape {list(value.shape)}")  # fmt: skip
+        extra = [p for p in got if p not in points]
+        if extra:
+            raise self._broken(f"trace: answer field points holds {len(extra):,} points never asked: "
+                               f"{bounds.cut(', '.join(extra[:5]), 200)}")  # fmt: skip
+        for point in points:  # shapes against the model's hparams, values finite (PROTOCOL.md 4.6, 8)
+            try:
+                bounds.check_trace_point(point, got[point], rows, bounds.trace_width(point, model.gguf))
+            except EngineError as exc:
+                raise self._broken(f"trace: {exc}") from None
         return {p: got[p] for p in points}
 
 
