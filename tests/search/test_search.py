@@ -204,9 +204,10 @@ class DigitGluingOracle(OracleEngine):
 def test_an_oracle_mistake_is_an_oracle_bug_never_an_engine_failure(tmp_path: Path) -> None:
     require("qwen3-vocab")
     engine = OracleEngine()  # agrees with CPython regex, the split reference
-    result = run_search(
-        engine, "oracle", stages=["split"], budget=8, seed=3, database=None, oracle=DigitGluingOracle()
-    )
+    result = run_search(  # budgets in Ticks (below): the examples searched do not depend on load
+        engine, "oracle", stages=["split"], budget=8, seed=3, database=None, oracle=DigitGluingOracle(),
+        clock=Ticks(),
+    )  # fmt: skip
     assert result.findings, "the search did not reach a digit run"
     assert {f.confirmation.verdict for f in result.findings} == {confirm.ORACLE_BUG}
     assert all(f.confirmation.judges == {"regex": "agrees with the engine"} for f in result.findings)
@@ -218,9 +219,10 @@ def test_an_oracle_mistake_is_an_oracle_bug_never_an_engine_failure(tmp_path: Pa
 def test_without_references_candidates_are_unconfirmed_not_failures(tmp_path: Path) -> None:
     require("qwen3-vocab")
     withheld = confirm.References({"regex": "regex withheld by this test"})
-    result = run_search(
-        DigitGluingOracle(), "digit-gluing", stages=["split"], budget=8, seed=3, references=withheld
-    )
+    result = run_search(  # budgets in Ticks (below): the examples searched do not depend on load
+        DigitGluingOracle(), "digit-gluing", stages=["split"], budget=8, seed=3, references=withheld,
+        clock=Ticks(),
+    )  # fmt: skip
     assert result.findings
     assert {f.confirmation.verdict for f in result.findings} == {confirm.UNCONFIRMED}
     paths = report.write(result, tmp_path)
