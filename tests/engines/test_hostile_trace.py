@@ -18,9 +18,10 @@ from tests.engines.test_hostile_answers import GB, MIB, PEAK_BOUND, REPORT_BYTES
 
 MODEL = "tiny-qwen2-f32"  # 2 layers, n_embd 64, 4 heads (2 kv) of 16: widths 64 and 32
 
-# kind, size, what the one line must say (the field, and what is wrong with it). ~6 s a
-# run on a quiet machine: the fast tier keeps the four that failed on main differently
-# (a 20 MB line, NaN, a width, points never asked); the rest run in the slow tier.
+# kind, size, what the one line must say (the field, and what is wrong with it). A run is
+# one gate subprocess (measured 16 s at load 30, 34 s at load 45 on the shared machine):
+# the fast tier keeps the four that failed on main in different ways (a 20 MB line, NaN,
+# a width, points never asked); the rest run in the slow tier.
 HOSTILE_TRACES = [
     pytest.param(
         "big",
