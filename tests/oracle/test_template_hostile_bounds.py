@@ -11,9 +11,10 @@ The refusal must be a ``TemplateRefusal`` whose message names the construct the
 corpus file expects (its ``{#- expect: … -#}`` line) and the template line. The
 bounds asserted are the ones that hold on any machine, however busy: the CPU time
 the refusal cost (the work done, whatever the neighbours do), the peak memory, and
-that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). Which
-of two racing render budgets fired (time, wall-clock, or memory) is not asserted
-(``hostile_probe.RACING_BUDGETS``): it depends on the machine's load.
+that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). The
+render's own time budget is wall-clock: a template it refused before the budget its
+expect line names (a busy machine) is probed again with the clock out of reach
+(``NO_CLOCK``) and judged by that, so the verdict does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 
 REFUSAL_SECONDS = 1.0
 PEAK_MB = 256
-HANG_SECONDS = 20.0  # a wall-clock kill: no hang, on a machine as busy as CI's
+# A wall-clock kill, only for a hang: at load 43 on 2 cores a template's 1 s of CPU is
+# ~20 s of wall time, so the kill sits far above (20 s was once the value).
+HANG_SECONDS = 120.0
+# The render time budget (wall clock) out of reach, for a template whose refusal by it
+# raced its own budget: at load 43 it fired before the output bound, 'dict key' and
+# "filter 'string'" in turn. (Not for the whole corpus: 17_exponential_macro needs the
+# clock to be refused within 1 s of CPU.)
+NO_CLOCK = ("--max-seconds", "3600")
 # A child's address space is capped, so that a regression raises MemoryError in it
 # instead of taking gigabytes from the machine (far above the 256 MB bound).
 ADDRESS_SPACE_CAP_MB = 2048
@@ -48,7 +56,18 @@ HOSTILE = corpus.hostile_templates()
 @pytest.fixture(scope="module")
 def probed() -> dict[str, dict]:
     """Each hostile template's outcome, time and peak memory, measured once per run."""
-    return probe_all(sorted(corpus.HOSTILE.glob("*.jinja")))
+    results = probe_all(sorted(corpus.HOSTILE.glob("*.jinja")))
+    # A refusal by the wall-clock time budget that does not name what the template's
+    # expect line names raced a budget of its own (the output bound, 'dict key', …): on
+    # a busy machine the clock fires first. Such a template is probed again with the
+    # clock out of reach, and that refusal is the one judged.
+    raced = [
+        corpus.HOSTILE / f"{name}.jinja"
+        for name, r in results.items()
+        if "render time budget exceeded" in r.get("message", "")
+        and not hostile_probe.names_expected(r["message"], HOSTILE[name][1])
+    ]
+    return {**results, **(probe_all(raced, *NO_CLOCK) if raced else {})}
 
 
 def probe_all(paths: list[Path], *extra: str) -> dict[str, dict]:
@@ -130,23 +149,6 @@ def test_a_memory_template_stopped_by_the_clock_is_within_its_bound():
     clocked = fresh_probe(source, HANG_SECONDS, {"max_seconds": 0.001})
     assert clocked["outcome"] == "refused" and "render time budget exceeded" in clocked["message"], clocked
     assert expect == "memory budget" and bound_problems(clocked, expect) == [], clocked
-
-
-def test_racing_templates_without_the_clock():
-    """The templates whose budget races the wall-clock time budget, with the time budget
-    out of reach (an hour; the probe's 20 s kill still guards a hang): each meets the
-    budget its expect line names — the output bound, the memory budget — within its
-    CPU and peak bounds, whatever the machine's load."""
-    racing = sorted(
-        p for p in corpus.HOSTILE.glob("*.jinja") if HOSTILE[p.stem][1] in hostile_probe.RACING_BUDGETS
-    )
-    assert len(racing) >= 10, racing
-    results = probe_all(racing, "--max-seconds", "3600")
-    for name, result in results.items():
-        expect = HOSTILE[name][1]
-        assert "render time budget exceeded" not in result.get("message", ""), (name, result)
-        assert bound_problems(result, expect) == [], (name, result)
-        assert expect.split()[0] in result["message"], (name, result)
 
 
 def test_the_probe_sees_memory_and_hangs():
