@@ -99,6 +99,51 @@ def model_n_vocab(gguf: Path | str | None) -> int | None:
     return _n_vocab(str(gguf)) if gguf else None
 
 
+@lru_cache(maxsize=8)
+def _trace_widths(gguf: str) -> dict[str, int] | None:
+    """Per trace point kind, its columns (PROTOCOL.md section 4.6), from the hparams."""
+    from oracle.gguf import open_gguf
+
+    try:
+        meta = open_gguf(gguf, header_only=True).metadata
+        arch = meta["general.architecture"]
+        n_embd, n_head = int(meta[f"{arch}.embedding_length"]), int(meta[f"{arch}.attention.head_count"])
+        n_kv = int(meta.get(f"{arch}.attention.head_count_kv", n_head))
+        head_dim = int(meta.get(f"{arch}.attention.key_length", n_embd // n_head))
+        tokens = meta.get("tokenizer.ggml.tokens")
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+    widths = {"Qcur": n_head * head_dim, "kqv_out": n_head * head_dim, "Kcur": n_kv * head_dim,
+              "Vcur": n_kv * head_dim}  # fmt: skip
+    if tokens is not None:
+        widths["result_output"] = len(tokens)
+    return {**dict.fromkeys(("inp_embd", "attn_norm", "ffn_inp", "ffn_norm", "ffn_out", "l_out",
+                             "result_norm"), n_embd), **widths}  # fmt: skip
+
+
+def trace_width(point: str, gguf: Path | str | None) -> int | None:
+    """The columns of trace ``point`` (``Qcur-3``, ``result_norm``) for the model's GGUF
+    (None when it cannot be read or the point is not one of PROTOCOL.md's)."""
+    widths = _trace_widths(str(gguf)) if gguf else None
+    kind = point.rsplit("-", 1)[0] if point[-1:].isdigit() else point
+    return widths.get(kind) if widths else None
+
+
+def check_trace_point(point: str, value: Any, rows: int, width: int | None) -> None:
+    """One trace point's answer is ``[rows, width]``, or one ``EngineError`` naming the
+    field (``points.<point>``) and its shape. (Non-finite values are for the trace walk
+    to find: where they first appear is the finding, ``specgate.checks.trace``.)"""
+    field = f"points.{point}"
+    shape = list(getattr(value, "shape", ()))
+    if len(shape) != 2 or shape[0] != rows:
+        raise EngineError(f"answer field {field} has shape {shape}; expected [{rows}, columns] "
+                          f"(one row per position)")  # fmt: skip
+    if width is not None and shape[1] != width:
+        raise EngineError(
+            f"answer field {field} has width {shape[1]:,}; the model's {point} is {width:,} wide"
+        )
+
+
 # --- answer lines (cmd:), bounded per request before they are read -------------------
 def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
     """The longest answer line ``op`` with these request fields can legitimately need."""
@@ -120,10 +165,12 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         # The full float32 array (base64: 4/3 of 4 bytes a logit) is the larger form.
         return rows * vocab * 6 + slack
     if op == "trace":
-        # Each point's rows at most the vocabulary wide (result_output; the others are narrower),
-        # as float32 in base64 (the larger of the two array forms).
+        # Each point asked, its rows as wide as the model says (unreadable: the vocabulary,
+        # result_output's width, the widest), as float32 in base64 (6 bytes a value at most).
         rows = len(fields.get("positions") or ()) or max(len(fields.get("ids", ())), 1)
-        return max(len(fields.get("points", ())), 1) * rows * vocab * 6 + slack
+        gguf = (fields.get("model") or {}).get("gguf")
+        widths = [trace_width(str(p), gguf) or vocab for p in fields.get("points", ())]
+        return rows * max(sum(widths), 1) * 6 + slack
     if op == "sample":
         width = logits_width(fields.get("logits"))
         steps = len(fields.get("params", {}).get("chain", ())) or 5

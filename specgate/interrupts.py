@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -98,6 +99,20 @@ def verdict(session: pytest.Session, gated: int) -> list[str]:
         f"INTERRUPTED (Ctrl-C) after {gated} gate case(s) of {session.testscollected} collected: "
         "the report covers only the cases gated before it"
     ]
+
+
+def guarded(config: pytest.Config, records: list[Any], examine: Callable[[], list[Any]]) -> list[Any]:
+    """``examine()`` (``triage.examine``: diagnosing and shrinking); or, when a first
+    Ctrl-C lands outside its own guards — an import, the fresh engine's start or close,
+    the moments between (a busy machine widens them) — the groups, none shrunk."""
+    try:
+        return examine()
+    except KeyboardInterrupt:
+        from specgate import triage
+
+        groups = triage.group_records(records)
+        skip_shrinking(config, groups)
+        return groups
 
 
 def skip_shrinking(config: pytest.Config, groups: list[Any]) -> bool:

@@ -704,7 +704,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         interrupts.skip_shrinking(config, state.groups)
         return
     start = time.monotonic()
-    state.groups = triage.examine(
+    state.groups = interrupts.guarded(config, state.records, lambda: triage.examine(
         state.records,
         state.impl,
         repro_dir,
@@ -712,7 +712,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         total_budget=config.getoption("--shrink-budget"),
         diagnose_budget=config.getoption("--diagnose-budget"),
         worth_shrinking=crashloop.worth_shrinking,  # not a crash loop's groups: any input dies
-    )
+    ))  # fmt: skip
     interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
         return

@@ -107,6 +107,12 @@ def test_a_wrong_shape_or_non_finite_answer_is_the_verdict() -> None:
     nan = {p: (lambda v: np.where(np.arange(T)[:, None] == 3, np.nan, v)) for p in downstream(2, "ffn_norm")}
     verdict = walk(Engine(ref, nan), ref)
     assert verdict.diverged.point == "ffn_norm-2" and "non-finite values at positions 3" in verdict.message()
+    # malformed, not a divergence: the gate's outcome is error, in one line still locating it
+    assert verdict.malformed() == (
+        "trace answer field points.ffn_norm-2 (layer 2): non-finite values at positions 3; "
+        f"first such point, after {', '.join(verdict.matched)} matched"
+    )
+    assert walk(Engine(ref, {}), ref).malformed() is None
 
 
 def test_ranges() -> None:

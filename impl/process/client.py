@@ -459,18 +459,20 @@ def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
 
 
 def _trace_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
-    """Every point asked, one row per position asked, in the order asked."""
+    """Every point asked and none other, one row per position asked, each row as wide as
+    the model makes that point and finite (PROTOCOL.md 4.6, 8), in the order asked."""
     points, positions = args["points"], args.get("positions")
     rows = len(args["ids"]) if positions is None else len(positions)
     got = result["points"]
     missing = [p for p in points if p not in got]
     if missing:
         raise EngineError(f"points asked but not answered: {', '.join(missing[:5])}")
+    extra = [p for p in got if p not in points]
+    if extra:
+        raise EngineError(f"answer field points holds {len(extra):,} points never asked: "
+                          f"{bounds.cut(', '.join(extra[:5]), 200)}")  # fmt: skip
     for point in points:
-        value = got[point]
-        if value.ndim != 2 or value.shape[0] != rows:
-            raise EngineError(f"{point} must be [{rows}, columns] (one row per position); "
-                              f"got shape {list(value.shape)}")  # fmt: skip
+        bounds.check_trace_point(point, got[point], rows, bounds.trace_width(point, args["model"].gguf))
     return {p: got[p] for p in points}
 
 

@@ -175,6 +175,17 @@ class Verdict:
     requests: int
     skipped: list[str]  # kinds the engine does not offer
 
+    def malformed(self) -> str | None:
+        """One line when the first departing point is not a divergence but a malformed
+        answer (wrong shape, NaN or Infinity): outcome ``error`` (PROTOCOL.md section 8),
+        still located by the walk."""
+        d = self.diverged
+        if d is None or d.shape_problem is None:
+            return None
+        layer = f" (layer {self.layer})" if self.layer is not None else ""
+        matched = ", ".join(self.matched) or "nothing"
+        return f"trace answer field points.{d.describe(layer)}; first such point, after {matched} matched"
+
     def message(self) -> str:
         if self.diverged is None:
             return f"every point matches ({', '.join(self.matched)}; {self.requests} requests)"

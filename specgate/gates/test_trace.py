@@ -9,6 +9,7 @@ walk and the tolerances are ``specgate.checks.trace``."""
 
 import pytest
 
+from impl.protocol import EngineError
 from specgate.checks import trace as checks
 from specgate.gate import call, claims, fail_if
 
@@ -36,5 +37,7 @@ def test_trace(engine, specgate, model, model_id, case_id, case, conformance_cla
         case["output_columns"],
     )
     request.node.user_properties.append(("metric:trace_requests", verdict.requests))
+    if verdict.malformed():  # NaN, Infinity or a wrong shape: error, not fail (PROTOCOL.md section 8)
+        raise EngineError(verdict.malformed())
     label = f"[trace/{conformance_class}] {model_id}, prompt {case_id} ({len(ids)} tokens), vs {checks.CLASSES[conformance_class]}"
     fail_if(None if verdict.diverged is None else verdict.message(), label)

@@ -57,13 +57,15 @@ def test_hanging_engine_is_a_timeout_and_leaves_nothing_running(tmp_path: Path) 
     (row,) = table.rows
     assert row.status == "timeout", (row.status, row.message)
     assert row.message == "not finished within its budget of 20 s; stopped"
-    assert 20 <= row.seconds < 20 + ecosystem.INTERRUPT_GRACE + 15
+    # stopped at its budget (never before), then the interrupt's grace; the slack is the
+    # teardown's, on a machine as busy as CI's — the adapter itself would hang forever
+    assert 20 <= row.seconds < 20 + ecosystem.INTERRUPT_GRACE + 60
     markdown = (tmp_path / "reports" / "ecosystem.md").read_text(encoding="utf-8")
     assert re.search(r"\| hangs \| `specgate` \| [^|]+ \| pip \| already installed \| timeout \|", markdown)
     # The adapter runs in its own process group (the cmd engine's): the kernel kills it
     # when the killed gate run dies (parent-death signal), a moment later.
     pid = int((tmp_path / "hang.pid").read_text())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # gone at once on a quiet machine; a busy one reaps later
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not alive(pid), f"the hanging adapter (pid {pid}) outlived its timeout"

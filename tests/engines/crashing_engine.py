@@ -11,6 +11,8 @@ would.
 * ``alternate``: as ``loop``, but answers ``[1, 2, 3]`` to every other request (the
   first of each process's life) before dying on the next one: never three deaths in
   a row.
+* ``CRASHING_ENGINE_STARTS``, when set, names a file each start appends a line to (the
+  tests count the processes started, a bound that does not depend on machine load).
 * ``no-start``: prints ``FATAL: cannot mmap weights …`` (and a few log lines around it)
   to stderr and exits 3 before its handshake.
 """
@@ -42,6 +44,9 @@ def die_like_rust(request: int) -> None:
 
 def main() -> int:
     mode = sys.argv[1] if len(sys.argv) > 1 else "loop"
+    if os.environ.get("CRASHING_ENGINE_STARTS"):
+        with open(os.environ["CRASHING_ENGINE_STARTS"], "a", encoding="utf-8") as starts:
+            starts.write(f"{os.getpid()}\n")
     if mode == "no-start":
         sys.stderr.write("[INFO] crashing engine 1.0 starting\n[INFO] reading /models/qwen.gguf\n")
         sys.stderr.write(FATAL + "\n[INFO] shutting down\n")

@@ -56,7 +56,7 @@ def test_trace_round_trips_float32_rows_and_positions(toy) -> None:
 def test_a_point_with_the_wrong_row_count_is_an_engine_error(toy) -> None:
     with pytest.raises(
         EngineError,
-        match=r"trace: l_out-9 must be \[3, columns\] \(one row per position\); got shape \[2, 3\]",
+        match=r"trace: answer field points.l_out-9 has shape \[2, 3\]; expected \[3, columns\] \(one row per",
     ):
         toy.trace(MODEL, [7, 8, 9], ["inp_embd", "l_out-9"])
 

@@ -11,9 +11,10 @@ The refusal must be a ``TemplateRefusal`` whose message names the construct the
 corpus file expects (its ``{#- expect: … -#}`` line) and the template line. The
 bounds asserted are the ones that hold on any machine, however busy: the CPU time
 the refusal cost (the work done, whatever the neighbours do), the peak memory, and
-that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). Which
-of two racing render budgets fired (time, wall-clock, or memory) is not asserted
-(``hostile_probe.RACING_BUDGETS``): it depends on the machine's load.
+that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). The
+render's own time budget is wall-clock: a template it refused before the budget its
+expect line names (a busy machine) is probed again with the clock out of reach
+(``NO_CLOCK``) and judged by that, so the verdict does not depend on the machine's load.
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reas
 
 REFUSAL_SECONDS = 1.0
 PEAK_MB = 256
-HANG_SECONDS = 20.0  # a wall-clock kill: no hang, on a machine as busy as CI's
+# A wall-clock kill, only for a hang: at load 43 on 2 cores a template's 1 s of CPU is
+# ~20 s of wall time, so the kill sits far above (20 s was once the value).
+HANG_SECONDS = 120.0
+# The render time budget (wall clock) out of reach, for a template whose refusal by it
+# raced its own budget: at load 43 it fired before the output bound, 'dict key' and
+# "filter 'string'" in turn. (Not for the whole corpus: 17_exponential_macro needs the
+# clock to be refused within 1 s of CPU.)
+NO_CLOCK = ("--max-seconds", "3600")
 # A child's address space is capped, so that a regression raises MemoryError in it
 # instead of taking gigabytes from the machine (far above the 256 MB bound).
 ADDRESS_SPACE_CAP_MB = 2048
@@ -48,7 +56,21 @@ HOSTILE = corpus.hostile_templates()
 @pytest.fixture(scope="module")
 def probed() -> dict[str, dict]:
     """Each hostile template's outcome, time and peak memory, measured once per run."""
-    paths = sorted(corpus.HOSTILE.glob("*.jinja"))
+    results = probe_all(sorted(corpus.HOSTILE.glob("*.jinja")))
+    # A refusal by the wall-clock time budget that does not name what the template's
+    # expect line names raced a budget of its own (the output bound, 'dict key', …): on
+    # a busy machine the clock fires first. Such a template is probed again with the
+    # clock out of reach, and that refusal is the one judged.
+    raced = [
+        corpus.HOSTILE / f"{name}.jinja"
+        for name, r in results.items()
+        if "render time budget exceeded" in r.get("message", "")
+        and not hostile_probe.names_expected(r["message"], HOSTILE[name][1])
+    ]
+    return {**results, **(probe_all(raced, *NO_CLOCK) if raced else {})}
+
+
+def probe_all(paths: list[Path], *extra: str) -> dict[str, dict]:
     command = [
         sys.executable,
         "-m",
@@ -57,6 +79,7 @@ def probed() -> dict[str, dict]:
         str(HANG_SECONDS),
         "--memory-cap-mb",
         str(ADDRESS_SPACE_CAP_MB),
+        *extra,
         *map(str, paths),
     ]
     done = subprocess.run(
@@ -64,7 +87,7 @@ def probed() -> dict[str, dict]:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     results = {row["name"]: row for row in map(json.loads, done.stdout.splitlines())}
-    assert set(results) == set(HOSTILE), "the probe did not report every hostile template"
+    assert set(results) == {p.stem for p in paths}, "the probe did not report every hostile template"
     return results
 
 
@@ -132,8 +155,9 @@ def test_the_probe_sees_memory_and_hangs():
     """The measurement itself: a template that allocates 300 MB and renders is reported
     with its peak, and one that outlives the timeout is reported as hung — so a
     passing bound above is a measured one."""
-    roomy = {"max_chars": 400_000_000, "max_memory_bytes": 1 << 40, "max_seconds": 10.0}
-    big = fresh_probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 10.0, roomy)
+    # 120 s: only a hang guard for a render that takes ~1 s quiet (10 s was hit at load 43)
+    roomy = {"max_chars": 400_000_000, "max_memory_bytes": 1 << 40, "max_seconds": 120.0}
+    big = fresh_probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 120.0, roomy)
     assert big["outcome"] == "rendered" and big["peak_mb"] > 250, big
     slow = {"max_seconds": 30.0, "max_steps": 10**9}
     hung = fresh_probe(

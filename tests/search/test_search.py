@@ -15,9 +15,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,9 +204,10 @@ class DigitGluingOracle(OracleEngine):
 def test_an_oracle_mistake_is_an_oracle_bug_never_an_engine_failure(tmp_path: Path) -> None:
     require("qwen3-vocab")
     engine = OracleEngine()  # agrees with CPython regex, the split reference
-    result = run_search(
-        engine, "oracle", stages=["split"], budget=8, seed=3, database=None, oracle=DigitGluingOracle()
-    )
+    result = run_search(  # budgets in Ticks (below): the examples searched do not depend on load
+        engine, "oracle", stages=["split"], budget=8, seed=3, database=None, oracle=DigitGluingOracle(),
+        clock=Ticks(),
+    )  # fmt: skip
     assert result.findings, "the search did not reach a digit run"
     assert {f.confirmation.verdict for f in result.findings} == {confirm.ORACLE_BUG}
     assert all(f.confirmation.judges == {"regex": "agrees with the engine"} for f in result.findings)
@@ -218,9 +219,10 @@ def test_an_oracle_mistake_is_an_oracle_bug_never_an_engine_failure(tmp_path: Pa
 def test_without_references_candidates_are_unconfirmed_not_failures(tmp_path: Path) -> None:
     require("qwen3-vocab")
     withheld = confirm.References({"regex": "regex withheld by this test"})
-    result = run_search(
-        DigitGluingOracle(), "digit-gluing", stages=["split"], budget=8, seed=3, references=withheld
-    )
+    result = run_search(  # budgets in Ticks (below): the examples searched do not depend on load
+        DigitGluingOracle(), "digit-gluing", stages=["split"], budget=8, seed=3, references=withheld,
+        clock=Ticks(),
+    )  # fmt: skip
     assert result.findings
     assert {f.confirmation.verdict for f in result.findings} == {confirm.UNCONFIRMED}
     paths = report.write(result, tmp_path)
@@ -395,14 +397,17 @@ def test_the_memory_bound_stops_a_stage(tmp_path: Path) -> None:
     input), not on the process it runs in: inside a large test process it still runs."""
     require("qwen3-vocab")
     model = model_cache.model_ref("qwen3-vocab")
+    # The deadlines count examples, not seconds (the clock ticks once an example), so
+    # which budget stops a search does not depend on the machine's load: the first
+    # cannot reach its deadline before the memory bound; the second runs 100 more.
     run = search_stage(
         STAGES["split"], "qwen3-vocab", model, HoardingOracle(), OracleEngine(),
-        seed=1, deadline=time.monotonic() + 30, database=None, max_rss_mb=20.0,
+        seed=1, deadline=2000, database=None, max_rss_mb=20.0, clock=itertools.count().__next__,
     )  # fmt: skip
     assert run.notes == ["stopped: the search's resident memory grew by more than 20 MB"], run
     assert run.examples % 50 == 0, run  # the bound is checked every 50 examples
     unbounded = search_stage(
         STAGES["split"], "qwen3-vocab", model, OracleEngine(), OracleEngine(),
-        seed=1, deadline=time.monotonic() + 5, database=None, max_rss_mb=20.0,
+        seed=1, deadline=run.examples + 100, database=None, max_rss_mb=20.0, clock=itertools.count().__next__,
     )  # fmt: skip
     assert unbounded.examples > run.examples and not unbounded.notes, (run, unbounded)
