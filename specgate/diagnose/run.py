@@ -207,13 +207,14 @@ class Diagnoser:
                 continue
             diagnosed.append(h)
         found = _groups(stage, model_id, diagnosed, alone, pairs, len(failing), len(failing_records), failing)
-        if hasattr(catalogue, "measured"):
-            for d in found:
-                ids = {r.nodeid for r in d.records}
-                explained = [c for c in failing if c.record.nodeid in ids]
-                d.measured = catalogue.measured(
-                    stage, [(deviated(c, *d.hypotheses), c.got, c.truth) for c in explained]
-                )
+        for d in found if hasattr(catalogue, "measured") else ():
+            ids = {r.nodeid for r in d.records}
+            explained = [c for c in failing if c.record.nodeid in ids]
+            try:  # the deviated answers are the ones just compared (kept by the catalogue)
+                triples = [(deviated(c, *d.hypotheses), c.got, c.truth) for c in explained]
+            except OutOfTime:
+                continue  # the diagnosis stands; only its measured distances are not given
+            d.measured = catalogue.measured(stage, triples)
         return found
 
     def _shows_on_a_passing_case(
