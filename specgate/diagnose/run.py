@@ -12,7 +12,13 @@ For each (stage, model) row with failing cases of a stage the catalogue covers:
 4. a hypothesis that explains at least one case and is contradicted by none is a
    diagnosis. Its group takes the cases it explains alone, greedily (the diagnosis
    explaining the most remaining cases first), so a look-alike keeps only cases nothing
-   better explains; the cases only a pair explains form the pair's group.
+   better explains; the cases only a pair explains form the pair's group. Where another
+   diagnosis explains every case of a group too, the group names both: the cases cannot
+   tell them apart.
+
+"The engine's answer" is the deviated oracle's exactly for the tokenizer and render
+stages; for logits it is the same when it meets the case's conformance class with the
+deviated oracle as its reference (a catalogue's ``same``, ``specgate.diagnose.forward``).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from specgate.diagnose import render, tokenizer
+from specgate.diagnose import forward, render, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 
@@ -35,6 +41,8 @@ CATALOGUES: dict[str, ModuleType] = {
     "encode": tokenizer,
     "decode": tokenizer,
     "render": render,
+    "logits/exact": forward,
+    "logits/quantized": forward,
 }
 STAGES = tuple(CATALOGUES)
 #: What asking the engine raises besides errors: the gate's outcomes (refused, n/a, disagreement).
@@ -52,10 +60,17 @@ class Diagnosis:
     records: list[Any]
     examined: int  # failing cases of the row whose engine answer was compared
     failing: int  # failing cases of the row
+    alternatives: tuple[Hypothesis, ...] = ()  # other diagnoses explaining every case of the group too
+    measured: str = ""  # what was measured, where the match is within a tolerance (logits)
 
     @property
     def cause(self) -> str:
-        return "; and it ".join(h.cause for h in self.hypotheses)
+        cause = "; and it ".join(h.cause for h in self.hypotheses)
+        if self.alternatives:
+            cause += " — or, equally (these cases cannot tell them apart), it " + " — or it ".join(
+                h.cause for h in self.alternatives
+            )
+        return cause
 
     @property
     def name(self) -> str:
@@ -66,12 +81,22 @@ class Diagnosis:
         scope = f"{len(self.records)} of {self.failing} failing {self.stage} cases of {self.model}"
         if self.examined < self.failing:
             scope += f" ({self.examined} put to the engine again)"
-        oracle = (
-            "the oracle's rendering (which agrees with transformers)"
-            if self.stage == "render"
-            else "the GGUF pipeline's answer (the oracle, which agrees with the references)"
-        )
-        return f"{scope} equal {oracle} when it {self.cause}"
+        if self.stage == "render":
+            oracle = "the oracle's rendering (which agrees with transformers)"
+        elif self.stage.startswith("logits/"):
+            oracle = "the oracle's logits (which agree with transformers)"
+        else:
+            oracle = "the GGUF pipeline's answer (the oracle, which agrees with the references)"
+        measured = f", {self.measured}" if self.measured else ""
+        return f"{scope} equal {oracle} when it {self.cause}{measured}"
+
+
+class OutOfTime(Exception):
+    """The diagnosing budget ran out within a row."""
+
+
+def _equal(stage: str, reference: Any, got: Any) -> bool:
+    return bool(reference == got)
 
 
 @dataclass
@@ -90,6 +115,7 @@ class Diagnoser:
     budget: float = DEFAULT_BUDGET
     clock: Callable[[], float] = time.monotonic
     notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
+    _references: dict[tuple[str, str], Any] = field(default_factory=dict)  # per catalogue and model
 
     def diagnose(self, records: Sequence[Any]) -> list[Diagnosis]:
         """The diagnoses of the failing records, largest first."""
@@ -109,6 +135,10 @@ class Diagnoser:
                 continue
             try:
                 found += self._row(stage, model_id, row, deadline)
+            except OutOfTime:
+                self.notes.append(
+                    f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) ran out on it"
+                )
             except Exception as exc:  # a diagnosis is a courtesy: the verdict stands without it
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed ({type(exc).__name__}: {str(exc)[:200]})"
@@ -118,7 +148,11 @@ class Diagnoser:
     def _row(self, stage: str, model_id: str, row: list[Any], deadline: float) -> list[Diagnosis]:
         catalogue = CATALOGUES[stage]
         model = self.model_for(model_id)
-        m = catalogue.reference(model)
+        key = (catalogue.__name__, model_id)
+        if key not in self._references:  # the logits rows of both classes share one model's forwards
+            self._references = {key: catalogue.reference(model)}
+        m = self._references[key]
+        same = getattr(catalogue, "same", _equal)
         failing_records = [r for r in row if r.outcome == "fail"]
         failing, unanswered = [], 0
         for record in failing_records[:MAX_CASES_PER_ROW]:
@@ -140,17 +174,22 @@ class Diagnoser:
             knobs = {k: v for h in hs for k, v in h.knobs}
             if not all(catalogue.applies(stage, m, case.inp, dict(h.knobs)) for h in hs):
                 return case.truth
+            if self.clock() > deadline:
+                raise OutOfTime
             return catalogue.answer(stage, m, case.inp, knobs)
 
-        alone = {
-            h: {c.record.nodeid for c in failing if (a := deviated(c, h)) != c.truth and a == c.got}
-            for h in hyps
-        }
+        def explains(case: _Case, *hs: Hypothesis) -> bool:
+            a = deviated(case, *hs)
+            return a is not case.truth and same(stage, a, case.got) and not same(stage, case.truth, a)
+
+        def shows(case: _Case, h: Hypothesis) -> bool:
+            a = deviated(case, h)
+            return a is not case.truth and not same(stage, case.truth, a)
+
+        alone = {h: {c.record.nodeid for c in failing if explains(c, h)} for h in hyps}
         candidates = [h for h in hyps if alone[h]]
         pairs = {
-            (h1, h2): {
-                c.record.nodeid for c in failing if (a := deviated(c, h1, h2)) != c.truth and a == c.got
-            }
+            (h1, h2): {c.record.nodeid for c in failing if explains(c, h1, h2)}
             for h1, h2 in itertools.combinations(candidates, 2)
             if not {k for k, _ in h1.knobs} & {k for k, _ in h2.knobs}
         }
@@ -162,13 +201,21 @@ class Diagnoser:
         diagnosed = []
         for h in candidates:
             accounted = alone[h].union(*(ids for pair, ids in pairs.items() if h in pair))
-            shows = [c for c in failing if deviated(c, h) != c.truth]
-            if any(c.record.nodeid not in accounted for c in shows):
+            if any(c.record.nodeid not in accounted for c in failing if shows(c, h)):
                 continue
             if self._shows_on_a_passing_case(catalogue, stage, m, h, passing, deadline):
                 continue
             diagnosed.append(h)
-        return _groups(stage, model_id, diagnosed, alone, pairs, len(failing), len(failing_records), failing)
+        found = _groups(stage, model_id, diagnosed, alone, pairs, len(failing), len(failing_records), failing)
+        for d in found if hasattr(catalogue, "measured") else ():
+            ids = {r.nodeid for r in d.records}
+            explained = [c for c in failing if c.record.nodeid in ids]
+            try:  # the deviated answers are the ones just compared (kept by the catalogue)
+                triples = [(deviated(c, *d.hypotheses), c.got, c.truth) for c in explained]
+            except OutOfTime:
+                continue  # the diagnosis stands; only its measured distances are not given
+            d.measured = catalogue.measured(stage, triples)
+        return found
 
     def _shows_on_a_passing_case(
         self, catalogue: ModuleType, stage: str, m: Any, h: Hypothesis, passing: list[_Case], deadline: float
@@ -178,9 +225,9 @@ class Diagnoser:
                 return True  # not shown innocent: no diagnosis rather than a guess
             if case.truth is None:
                 case.truth = catalogue.answer(stage, m, case.inp, {})
-            if catalogue.applies(stage, m, case.inp, dict(h.knobs)) and (
-                catalogue.answer(stage, m, case.inp, dict(h.knobs)) != case.truth
-            ):
+            if catalogue.applies(stage, m, case.inp, dict(h.knobs)) and not getattr(
+                catalogue, "same", _equal
+            )(stage, case.truth, catalogue.answer(stage, m, case.inp, dict(h.knobs))):
                 return True
         return False
 
@@ -205,8 +252,17 @@ def _groups(
         best = max(remaining, key=lambda h: (len(remaining[h]), -diagnosed.index(h)), default=None)
         if best is None or not remaining[best]:
             break
+        alternatives = tuple(h for h in diagnosed if h is not best and remaining[best] <= alone[h])
         out.append(
-            Diagnosis(stage, model, (best,), [record[n] for n in sorted(remaining[best])], examined, failing)
+            Diagnosis(
+                stage,
+                model,
+                (best,),
+                [record[n] for n in sorted(remaining[best])],
+                examined,
+                failing,
+                alternatives,
+            )
         )
         taken |= remaining[best]
     for (h1, h2), ids in pairs.items():

@@ -2,10 +2,12 @@
 PROTOCOL.md — the bugs authors of forward passes make. The trace gate must locate each
 at its layer and point (``tests/engines/test_trace_mutants.py``).
 
-    python tests/engines/mutants/forward_bugs.py BUG
+    python tests/engines/mutants/forward_bugs.py BUG[,BUG]
 
 BUG is one of ``PLANTS`` (the RoPE pairing bug is ``rope_interleaved.py``, shared
-with the logits mutant test):
+with the logits mutant test, planted here too as ``rope_interleaved``); several, comma
+separated, are planted together. The logits diagnoses (``tests/diagnose/
+test_forward_diagnoses.py``) name each:
 
 * ``rope_base``         RoPE with base 10 000 (Llama's) instead of the GGUF's rope.freq_base
 * ``qk_norm_missing``   Qwen3's per-head RMSNorm of queries and keys left out
@@ -17,6 +19,13 @@ with the logits mutant test):
                         the low nibble of byte i, 2i+1 from its high one) instead of all
                         low nibbles then all high ones
 * ``mask_off_by_one``   the causal mask lets a query see the key one position after it
+* ``tied_output``       the logits projected with token_embd although the GGUF has output.weight
+
+and look-alikes no diagnosis may name:
+
+* ``rope_base_500000``  RoPE with base 500 000 (Llama 3's): a RoPE bug, not the 10 000 one
+* ``logit_noise``       the right logits plus Gaussian noise (σ = 3e-3, ten times the exact
+                        tolerance of the tiny models): an engine off by float noise, no defect
 """
 
 from __future__ import annotations
@@ -27,11 +36,46 @@ from collections.abc import Callable
 import numpy as np
 
 
-def rope_base() -> None:
+def rope_base(value: float = 10_000.0) -> None:
     from oracle import forward, rope
 
     angles = rope.rope_angles
-    forward.rope.rope_angles = lambda positions, head_dim, base: angles(positions, head_dim, 10_000.0)
+    forward.rope.rope_angles = lambda positions, head_dim, base: angles(positions, head_dim, value)
+
+
+def rope_base_500000() -> None:
+    rope_base(500_000.0)
+
+
+def rope_interleaved() -> None:
+    from rope_interleaved import plant  # the sibling script (this file's folder is on sys.path)
+
+    plant()
+
+
+def tied_output() -> None:
+    from oracle.forward import Model
+
+    init = Model.__init__
+
+    def tied(self: Model, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        self.output_name = "token_embd.weight"
+
+    Model.__init__ = tied  # type: ignore[method-assign]
+
+
+def logit_noise() -> None:
+    from oracle.forward import Model
+
+    prefill = Model.prefill
+    rng = np.random.default_rng(0)
+
+    def noisy(self: Model, ids: object, *args: object, **kwargs: object) -> np.ndarray:
+        logits = prefill(self, ids, *args, **kwargs)  # type: ignore[arg-type]
+        return logits + rng.normal(0.0, 3e-3, logits.shape).astype(np.float32)
+
+    Model.prefill = noisy  # type: ignore[method-assign]
 
 
 def qk_norm_missing() -> None:
@@ -108,15 +152,26 @@ def q4_0_interleaved() -> None:
 
 
 def mask_off_by_one() -> None:
-    from oracle import attention
+    from oracle import attention, attention_blocked
 
     attention.causal_mask = lambda q_positions, n_keys: np.arange(n_keys)[None, :] <= q_positions[:, None] + 1
+    attend = attention_blocked.attend
+
+    def blocks(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
+        out = np.empty_like(q)  # as the oracle's blocks, each also given the key after its last query
+        for start in range(0, q.shape[1], attention_blocked.QUERY_BLOCK):
+            block = slice(start, start + attention_blocked.QUERY_BLOCK)
+            n_keys = int(q_positions[block][-1]) + 2
+            out[:, block] = attend(q[:, block], k[:, :n_keys], v[:, :n_keys], q_positions[block])
+        return out
+
+    attention_blocked.attention = blocks
 
 
 PLANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (rope_base, qk_norm_missing, rms_eps, bias_missing, gqa_order, swiglu_swapped, q4_0_interleaved,
-              mask_off_by_one)
+              mask_off_by_one, rope_interleaved, tied_output, rope_base_500000, logit_noise)
 }  # fmt: skip
 
 
@@ -124,8 +179,10 @@ if __name__ == "__main__":
     from impl.process.server import serve
     from impl.registry import resolve
 
-    if len(sys.argv) != 2 or sys.argv[1] not in PLANTS:
-        print(f"usage: forward_bugs.py {{{'|'.join(PLANTS)}}}", file=sys.stderr)
+    bugs = sys.argv[1].split(",") if len(sys.argv) == 2 else []
+    if not bugs or not set(bugs) <= set(PLANTS):
+        print(f"usage: forward_bugs.py {{{'|'.join(PLANTS)}}}[,…]", file=sys.stderr)
         sys.exit(4)
-    PLANTS[sys.argv[1]]()
+    for bug in bugs:
+        PLANTS[bug]()
     sys.exit(serve(resolve("oracle")))
