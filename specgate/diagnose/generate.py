@@ -3,7 +3,9 @@
 A deviation is a setting of one *knob* of the loop (``oracle.decode_loop``): stop strings
 searched in each token's piece instead of the byte stream, the stop string kept in the
 output, each piece decoded through a string (a partial UTF-8 character becomes U+FFFD),
-streamed chunks not held back at a partial character, ``max_tokens`` off by one. None of
+streamed chunks not held back at a partial character, one token fewer than ``max_tokens``
+(one more is no failure to diagnose: the ``cmd:`` client rejects an answer longer than
+``max_tokens`` as malformed, outcome error, naming the bound). None of
 them changes which token the sampler picks, so the oracle's token stream is computed once
 per case (one more token than ``max_tokens``, no stop strings) and ``loop`` below — the
 decode loop's own steps with the knobs applied — replays it; with no knobs its answer is
@@ -163,11 +165,6 @@ CATALOGUE: tuple[Hypothesis, ...] = (
         "no_holdback", STAGES,
         "streams a chunk that ends inside a UTF-8 character (no holdback of a partial character)",
         no_holdback=True,
-    ),
-    *_h(
-        "max_tokens_plus_one", STAGES,
-        "generates max_tokens + 1 tokens (an off-by-one in the length limit)",
-        max_tokens_offset=1,
     ),
     *_h(
         "max_tokens_minus_one", STAGES,

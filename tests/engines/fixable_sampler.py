@@ -121,8 +121,9 @@ DEFECTS = {
     ),
     # decode loop
     "stop_kept": lambda: setattr(decode_loop, "find_stop", stop_kept),
-    "max_plus_one": lambda: with_params(lambda p: {**p, "max_tokens": p.get("max_tokens", 128) + 1}),
     "max_minus_one": lambda: with_params(lambda p: {**p, "max_tokens": max(0, p.get("max_tokens", 128) - 1)}),
+    # a look-alike of max_minus_one
+    "max_minus_two": lambda: with_params(lambda p: {**p, "max_tokens": max(0, p.get("max_tokens", 128) - 2)}),
     "pieces_text": lambda: with_pieces(lambda b: b.decode("utf-8", "replace").encode("utf-8")),
     "no_holdback": lambda: setattr(decode_loop, "emit_limit", no_holdback),
 }
