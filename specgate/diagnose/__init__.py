@@ -6,7 +6,9 @@ specgate holds a reference it can perturb: the oracle, which agrees with the
 references on the whole corpus. Each *hypothesis* of the catalogue is one known
 deviation applied to it (``tokenizer.py``: the tokenizer stages; ``render.py``: the
 chat-template environment and what a template is handed; ``forward.py``: the forward
-pass, for logits — there "the engine's answer" means within the case's conformance class). After a run, the
+pass, for logits — there "the engine's answer" means within the case's conformance class;
+``sampler.py``: the sampler chain's order and steps; ``generate.py``: the decode loop's
+stop and stream steps). After a run, the
 failing cases of each (stage, model) row are put to the engine again and to every
 hypothesis of that stage (``run.py``); a hypothesis is a *diagnosis* only for the
 cases on which the deviated oracle gives exactly the engine's answer (and not the

@@ -30,12 +30,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from specgate.diagnose import forward, render, tokenizer
+from specgate.diagnose import forward, generate, render, sampler, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 
 #: The catalogue of each stage: a module with ``for_stage``, ``reference`` (the oracle's
-#: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine).
+#: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine); optionally
+#: ``case_input`` (a record's input, where triage's cannot give it) and ``REFERENCE`` (evidence).
 CATALOGUES: dict[str, ModuleType] = {
     "split": tokenizer,
     "encode": tokenizer,
@@ -43,6 +44,9 @@ CATALOGUES: dict[str, ModuleType] = {
     "render": render,
     "logits/exact": forward,
     "logits/quantized": forward,
+    "sample": sampler,
+    "generate/exact": generate,
+    "generate/quantized": generate,
 }
 STAGES = tuple(CATALOGUES)
 #: What asking the engine raises besides errors: the gate's outcomes (refused, n/a, disagreement).
@@ -81,12 +85,13 @@ class Diagnosis:
         scope = f"{len(self.records)} of {self.failing} failing {self.stage} cases of {self.model}"
         if self.examined < self.failing:
             scope += f" ({self.examined} put to the engine again)"
-        if self.stage == "render":
-            oracle = "the oracle's rendering (which agrees with transformers)"
-        elif self.stage.startswith("logits/"):
-            oracle = "the oracle's logits (which agree with transformers)"
-        else:
-            oracle = "the GGUF pipeline's answer (the oracle, which agrees with the references)"
+        oracle = getattr(CATALOGUES.get(self.stage), "REFERENCE", None) or (
+            "the oracle's rendering (which agrees with transformers)"
+            if self.stage == "render"
+            else "the oracle's logits (which agree with transformers)"
+            if self.stage.startswith("logits/")
+            else "the GGUF pipeline's answer (the oracle, which agrees with the references)"
+        )
         measured = f", {self.measured}" if self.measured else ""
         return f"{scope} equal {oracle} when it {self.cause}{measured}"
 
@@ -153,12 +158,13 @@ class Diagnoser:
             self._references = {key: catalogue.reference(model)}
         m = self._references[key]
         same = getattr(catalogue, "same", _equal)
+        case_input = getattr(catalogue, "case_input", self.case_input)  # its own where triage's cannot
         failing_records = [r for r in row if r.outcome == "fail"]
         failing, unanswered = [], 0
         for record in failing_records[:MAX_CASES_PER_ROW]:
             if self.clock() > deadline or unanswered >= MAX_UNANSWERED:
                 break
-            inp = self.case_input(record)
+            inp = case_input(record)
             if inp is None:
                 continue
             try:
@@ -194,9 +200,7 @@ class Diagnoser:
             if not {k for k, _ in h1.knobs} & {k for k, _ in h2.knobs}
         }
         passing = [
-            _Case(r, inp, None)
-            for r in row
-            if r.outcome == "pass" and (inp := self.case_input(r)) is not None
+            _Case(r, inp, None) for r in row if r.outcome == "pass" and (inp := case_input(r)) is not None
         ]
         diagnosed = []
         for h in candidates:

@@ -9,13 +9,21 @@ from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 
 def diagnosed(
-    tmp_path: Path, engine: Path, defects: str, stages: str, model: str, causes: Mapping[str, str]
+    tmp_path: Path,
+    engine: Path,
+    defects: str,
+    stages: str,
+    model: str,
+    causes: Mapping[str, str],
+    *extra: str,
+    env: dict[str, str] | None = None,
 ) -> tuple[ParityRun, set[str]]:
     """Gate ``engine --defects=<defects>`` (a real ``cmd:`` process) on ``stages`` of ``model``
-    without shrinking; the run and the names of ``causes`` its groups' diagnoses carry."""
+    without shrinking (``extra``: more pytest arguments); the run and the names of ``causes``
+    its groups' diagnoses carry."""
     run = run_parity(
         tmp_path, script_impl(engine, f"--defects={defects}"), stages, model,
-        "--shrink-budget", "0", "--diagnose-budget", "600",
+        "--shrink-budget", "0", "--diagnose-budget", "600", *extra, env=env,
     )  # fmt: skip
     assert run.status == 1, run.output[-3000:]
     diagnoses = {g["diagnosis"] for g in run.report["groups"] if g.get("diagnosis")}
