@@ -27,7 +27,7 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
-from specgate import interrupts, selection, snapshots, text_safety
+from specgate import case_answers, interrupts, selection, snapshots, text_safety
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.run import crashloop, setup_check, startup, wire
@@ -640,6 +640,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
                 message,
                 {k.removeprefix("metric:"): v for k, v in metrics.items()},
                 str(params.params.get("case_id", "")) if params else "",
+                case_answers.record(item, stage, verdict),
             )
         )
 
