@@ -52,6 +52,8 @@ def token_kind(piece: str | None) -> str:
     divergence falls."""
     if piece is None:
         return "past the last reference token"
+    if piece == "":
+        return "a token with no text (a control token)"
     if _SPECIAL.fullmatch(piece):
         return "a special token"
     if piece.isspace():
@@ -96,6 +98,16 @@ def coarse_class(ch: str | None) -> str:
     return _COARSE.get(name, name.replace("an ASCII", "a").replace("a non-ASCII", "a"))
 
 
+def _edit(reference: Sequence[object], engine: Sequence[object], i: int) -> tuple[str, object] | None:
+    """``("an extra", token)`` when the engine inserts one token at ``i`` and then agrees
+    (a BOS added), ``("a missing", token)`` when it leaves one out; else None."""
+    if i < len(engine) and list(engine[i + 1 : i + 4]) == list(reference[i : i + 3]):
+        return "an extra", engine[i]
+    if i < len(reference) and list(reference[i + 1 : i + 4]) == list(engine[i : i + 3]):
+        return "a missing", reference[i]
+    return None
+
+
 def site(
     stage: str,
     text: str,
@@ -114,13 +126,20 @@ def site(
     if reference is not None and engine is not None:
         i = first_difference(list(reference), list(engine))
         i = 0 if i is None else i
+        edit = _edit(reference, engine, i)
         if stage == "split":
             at = sum(len(str(p)) for p in reference[:i])
             token = str(reference[i]) if i < len(reference) else None
+            if edit:
+                kind = f"{edit[0]} token: {token_kind(str(edit[1]))}"
+                return kind, f"{kind} · {position_kind(text, at)}"
         elif pieces is not None:
             raw = b"".join(pieces(int(t)) for t in reference[:i])  # type: ignore[call-overload]
             at = len(text.encode("utf-8")[: len(raw)].decode("utf-8", "ignore"))
             token = pieces(int(reference[i])).decode("utf-8", "replace") if i < len(reference) else None  # type: ignore[call-overload]
+            if edit:
+                kind = f"{edit[0]} token: {token_kind(pieces(int(edit[1])).decode('utf-8', 'replace'))}"  # type: ignore[call-overload]
+                return kind, f"{kind} · {position_kind(text, at)}"
         else:
             where = f"token {'past the end' if i >= len(reference) else 'mid-sequence'}"
             return where, where

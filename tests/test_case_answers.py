@@ -71,7 +71,8 @@ def test_a_long_token_list_is_windowed_with_counts() -> None:
         (["don", "'t"], ["don", "'", "t"], "in a contraction"),
         (["x", " café"], ["x", " caf", "é"], "in a space-led word"),
         (["x", "<|im_end|>"], ["x", "<|", "im_end|>"], "in a special token"),
-        (["x"], ["x", "y"], "in past the last reference token"),
+        (["x"], ["x", "y"], "an extra token: a word"),
+        (["x", "y", "z"], ["x", "z"], "a missing token: a word"),
     ],
 )
 def test_the_site_names_the_kind_of_piece_the_divergence_falls_in(reference, engine, key) -> None:
@@ -133,3 +134,18 @@ def test_two_split_bugs_of_one_message_are_two_groups_each_with_its_reproducer(t
     passing = [c for c in run.report["cases"] if c["outcome"] == "pass"]
     assert passing and not any(c["answers"] for c in passing)
     assert json.loads(json.dumps(run.report["cases"][0]))  # the kept answers are plain JSON
+
+
+def test_one_token_added_or_left_out_is_named_whatever_follows_it() -> None:
+    """An engine adding a BOS diverges at index 0 before every kind of first token: one
+    site (main of this branch: a word, a number, a whitespace run... one group each)."""
+    for first in (["hello", " world"], ["12", "3"], ["  ", " x"]):
+        text = "".join(first)
+        assert (
+            site("split", text, first, ["<|endoftext|>", *first], None)[0]
+            == "an extra token: a special token"
+        )
+        assert site("split", text, first, first[1:], None)[0].startswith("a missing token: ")
+    pieces = {1: b"<|endoftext|>", 2: b"hi", 3: b" there", 4: b"\n"}.__getitem__
+    assert site("encode", "hi there", [2, 3], [1, 2, 3], pieces)[0] == "an extra token: a special token"
+    assert site("encode", "hi there\n", [2, 3, 4], [2, 3], pieces)[0] == "a missing token: a newline run"
