@@ -27,7 +27,7 @@ import pytest
 
 from impl.protocol import CONFORMANCE_CLASSES, Engine, EngineError, ModelRef, Unsupported
 from impl.registry import UnknownImpl, check, resolve
-from specgate import interrupts, selection, snapshots, text_safety
+from specgate import case_answers, interrupts, selection, snapshots, text_safety
 from specgate import models as model_cache
 from specgate.gate import NotApplicable, ReferenceDisagreement, Refused
 from specgate.run import crashloop, setup_check, startup, wire
@@ -630,17 +630,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         if verdict == "fail" and report.skipped:  # a refusal under --strict fails in pytest too
             report.outcome = "failed"
             report.longrepr = message
-        metrics = dict(p for p in item.user_properties if isinstance(p, tuple) and p[0].startswith("metric:"))
+        props = [p for p in item.user_properties if isinstance(p, tuple) and str(p[0]).startswith("metric:")]
+        metrics = {str(k).removeprefix("metric:"): v for k, v in props}
+        case_id = str(params.params.get("case_id", "")) if params else ""
+        kept = case_answers.record(item, stage, verdict)  # the engine's answer, bounded
         session.records.append(
-            GateRecord(
-                stage,
-                model_id,
-                verdict,
-                item.nodeid,
-                message,
-                {k.removeprefix("metric:"): v for k, v in metrics.items()},
-                str(params.params.get("case_id", "")) if params else "",
-            )
+            GateRecord(stage, model_id, verdict, item.nodeid, message, metrics, case_id, kept)
         )
 
 

@@ -6,8 +6,9 @@ sorted; refusals grouped by their message.
 Sizes stay proportional to the number of cases: every shown value is cut to
 ``SHOWN_CHARS`` characters with a visible marker (``impl.bounds.cut``). Invisible and
 combining code points are written as escapes (``e\\u0301``, ``\\x85``) before anything
-reaches the page. The engine's own answer is not recorded per case (only its first
-divergence, in the message), so the browser shows the message in its place.
+reaches the page. A failing, refused or errored case also shows the engine's own
+answer, the reference's answer windowed around the first divergence and their diff,
+as its record kept them (``specgate.case_answers``, bounded there).
 
 The cases' details (``case_details``) come from the snapshots the cases were read
 from, the way ``specgate.triage.case_input`` finds a case's input from its record.
@@ -42,7 +43,8 @@ def group_heading(group: dict[str, Any], width: int = 160) -> str:
     if sep and head.startswith("[") and "]" in head:  # the gate's "[stage] model M, case C: " prefix
         line = rest
     line = one_line(escaped(line, double_backslashes=False))
-    return line if len(line) <= width else line[: width - 1] + "…"
+    line = line if len(line) <= width else line[: width - 1] + "…"
+    return f"{line} — first divergence {group['where']}" if group.get("where") else line
 
 
 def _shown(text: str) -> str:
@@ -118,14 +120,16 @@ def case_details(records: list[Any], root: Path | None = None) -> list[dict[str,
 
 def _rows(payload: dict[str, Any]) -> list[list[Any]]:
     """The compact rows the page's script reads: stage, model, outcome, nodeid,
-    message, input, reference."""
+    message, input, reference, the engine's answer, the diff, where it diverges (the
+    kept answers are already escaped and bounded; cut again: a report is input)."""
     details = payload.get("case_details") or []
     rows = []
     for i, c in enumerate(payload.get("cases", [])):
         d = details[i] if i < len(details) else {}
+        kept = c.get("answers") if isinstance(c.get("answers"), dict) else {}
         message = _shown(escaped(_shown(str(c.get("message", "")).strip()), double_backslashes=False))
-        rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message,
-                     d.get("input", ""), d.get("reference", "")])  # fmt: skip
+        rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message, d.get("input", ""),
+                     *(_shown(str(kept.get(k) or d.get(k, ""))) for k in ("reference", "engine", "diff", "where"))])  # fmt: skip
     return rows
 
 
@@ -173,14 +177,14 @@ const caseBrowser = (() => {
     const tr = e.target.closest('tr.case');
     if (tr) toggle(tr, rows[tr.dataset.i]);
   });
-  const haystack = rows.map(r => (r[3] + '\\n' + r[4] + '\\n' + r[5] + '\\n' + r[6]).toLowerCase());
+  const haystack = rows.map(r => [r[3], r[4], r[5], r[6], r[7], r[9]].join('\\n').toLowerCase());
   function ws(text) {  // whitespace made visible: · space, → tab, ↵ newline
     return text.replace(/ /g, '\\u00b7').replace(/\\t/g, '\\u2192').replace(/\\n/g, '\\u21b5\\n');
   }
-  function block(title, text) {
+  function block(title, text, raw) {  // raw: already shown with visible whitespace (the diff)
     const div = document.createElement('div');
     const h = document.createElement('div'); h.className = 'note'; h.textContent = title;
-    const pre = document.createElement('pre'); pre.className = 'ws'; pre.textContent = text ? ws(text) : '(not recorded)';
+    const pre = document.createElement('pre'); pre.className = 'ws'; pre.textContent = text ? (raw ? text : ws(text)) : '(not recorded)';
     div.append(h, pre); return div;
   }
   function toggle(tr, r) {
@@ -190,7 +194,9 @@ const caseBrowser = (() => {
     const td = document.createElement('td'); td.colSpan = 5;
     td.append(block('input (invisible and combining code points escaped; · space, → tab, ↵ newline):', r[5]),
               block("the reference's answer:", r[6]),
-              block("the engine's answer: not recorded per case; its first divergence, with the diff:", r[4]));
+              block("the engine's answer:", r[7]),
+              block('the first divergence' + (r[9] ? ' (' + r[9] + ')' : '') + ':', r[4]),
+              block('diff (- reference, + engine; · space, → tab, ↵ newline):', r[8], true));
     d.appendChild(td); tr.after(d);
   }
   let want = {};

@@ -7,8 +7,9 @@ defect once, with the smallest input that shows it. So:
 * **Grouping.** Every ``fail``, ``error`` and ``reference-disagreement`` record gets a
   signature: its stage, its outcome and the first line of its message with the
   case's own details masked (the model and case ids, quoted text, numbers,
-  parenthesized details). Records with one signature are one group; groups are
-  ordered by size. (Refusals are grouped by their full message in the report.)
+  parenthesized details), and where the first divergence falls when the record kept
+  its answers (``specgate.signatures``). Records with one signature are one group;
+  groups are ordered by size. (Refusals are grouped by their full message in the report.)
 * **Shrinking.** A group's first case that the re-check below can replay is shrunk
   against the live engine with delta debugging (``ddmin``): over characters for
   split/encode texts, over token ids for decode, over messages and then the
@@ -41,6 +42,7 @@ from typing import Any
 from specgate import files
 from specgate.reproducer import ReproError, model_for  # noqa: F401
 from specgate.reproducer import load as load_reproducer  # noqa: F401
+from specgate.signatures import kind, message_signature, record_signature, signature
 
 #: The outcomes grouped by root cause (refusals are grouped by message in the report).
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
@@ -66,55 +68,6 @@ REFERENCE_NOTE = (
 # signatures and groups
 
 
-_QUOTED = re.compile(r"""[bB]?'(?:[^'\\\n]|\\.)*'|[bB]?"(?:[^"\\\n]|\\.)*\"""")
-# A number stands alone: one inside an identifier or a hex run (``sha256``, ``f4bc6a0``,
-# ``qwen2``) is part of a name, never partly masked. Hex digests are masked whole.
-_HEX = re.compile(r"(?<!\w)(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{7,}(?!\w)")
-_NUMBER = re.compile(r"(?<!\w)[-+]?(?:0x[0-9a-fA-F]+|\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?!\w)")
-_REFERENCE_NAMES = (
-    "regex.findall of the tokenizer-file pattern",
-    "concatenated llama_token_to_piece",
-    "llama_tokenize",
-    "transformers",
-    "the oracle",
-)
-_PARENS = re.compile(r"\([^()]*\)")
-_RUNS = re.compile(r"N(?:[,\s=]*N)+")
-
-
-def kind(message: str, model: str = "", case: str = "") -> str:
-    """The divergence kind of a message: its first line with the case's details
-    masked — the model and case ids, quoted text (``<q>``), numbers (``N``) and
-    parenthesized details (``(…)``) — and the gate's ``where: `` prefix (the part
-    naming the case) dropped. Two cases of one defect give one kind; the message of
-    a re-check (which has no prefix) gives the same kind as the gate's."""
-    text = message.strip()
-    for literal, mask in ((case, "<case>"), (model, "<model>")):
-        if literal:
-            text = text.replace(literal, mask)
-    for name in _REFERENCE_NAMES:  # the gate's reference or the oracle judged: one kind
-        text = text.replace(f" from {name}", " from <reference>")
-    lines = [line for line in text.splitlines() if line.strip()]
-    line = _QUOTED.sub("<q>", lines[0] if lines else "")
-    line = _NUMBER.sub("N", _HEX.sub("<hex>", line))
-    while _PARENS.search(line):  # innermost first; the mask itself has no parentheses
-        line = _PARENS.sub("\ue000", line)
-    line = line.replace("\ue000", "(…)")
-    line = _RUNS.sub("N…", line)
-    head, sep, rest = line.partition(": ")
-    if sep and ("<case>" in head or "<model>" in head):
-        line = rest
-    return " ".join(line.split())
-
-
-def signature(stage: str, outcome: str, message: str, model: str = "", case: str = "") -> str:
-    return f"{stage} · {outcome} · {kind(message, model, case)}"
-
-
-def record_signature(record: Any) -> str:
-    return signature(record.stage, record.outcome, record.message, record.model, getattr(record, "case", ""))
-
-
 @dataclass
 class Group:
     """One root cause: the records sharing a signature, and its reproducer if any."""
@@ -131,7 +84,7 @@ class Group:
     def divergence_signature(self) -> str:
         """What a shrunk input must still show: the group's signature, or for a diagnosed
         group (named by its cause) the message signature of its first case."""
-        return record_signature(self.records[0]) if self.diagnosis else self.signature
+        return message_signature(self.records[0])
 
     @property
     def id(self) -> str:
@@ -156,6 +109,7 @@ class Group:
             "divergence_signature": self.divergence_signature,  # what its reproducer still shows
             "diagnosis": self.diagnosis,
             "evidence": self.evidence,
+            "where": "" if self.diagnosis else (getattr(first, "answers", None) or {}).get("site", ""),
         }
 
 

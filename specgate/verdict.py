@@ -18,6 +18,7 @@ class GateRecord:
     message: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     case: str = ""  # the snapshot/corpus case id, when the gate has one (to replay it)
+    answers: dict[str, str] = field(default_factory=dict)  # bounded answers (``specgate.case_answers``)
 
 
 def run_verdict(records: list[GateRecord]) -> list[str]:

@@ -27,8 +27,9 @@ def test_every_shown_value_is_capped_and_the_page_stays_proportional() -> None:
     """5,000 cases, each with a 50,000-character message: each value is cut with a
     visible marker, and the page stays within a per-case bound."""
     huge = "x" * 50_000
+    kept = {"engine": huge, "reference": huge, "diff": huge, "where": huge}  # a report is input too
     records = [
-        GateRecord("encode", MODEL, "fail", f"t::test_encode[{MODEL}-combining-acute/plain-{i}]", huge, {}, "combining-acute/plain")
+        GateRecord("encode", MODEL, "fail", f"t::test_encode[{MODEL}-combining-acute/plain-{i}]", huge, {}, "combining-acute/plain", kept)
         for i in range(5000)
     ]  # fmt: skip
     details = report_browser.case_details(records)
@@ -36,7 +37,7 @@ def test_every_shown_value_is_capped_and_the_page_stays_proportional() -> None:
     payload = {"impl": "x", "matrix": [], "groups": [], "coverage": {}, "verdict": [],
                "cases": [r.__dict__ for r in records], "case_details": details}  # fmt: skip
     html = report_html.page(payload)
-    per_case = 3 * report_browser.SHOWN_CHARS + 400  # message, input, answer, and the row's ids
+    per_case = 7 * report_browser.SHOWN_CHARS + 400  # message, input, both answers, diff, site, row ids
     assert len(html.encode()) < 5000 * per_case, len(html)
     data = json.loads(
         re.search(r'<script type="application/json" id="case-data">(.*?)</script>', html, re.S)[1]
@@ -124,6 +125,16 @@ def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.Fixt
         detail = browser.js("document.querySelector('#cases tr.detail').innerText")
         assert "cafe\\u0301" in detail and "\u0301" not in detail, detail
         assert re.search(r"the reference's answer:\n\[\d+,", detail), detail  # its ids
+
+        # a failing case shows the engine's own answer next to the reference's, windowed
+        # at the first divergence (marked ▶), and their diff with visible whitespace
+        search(browser, failing["nodeid"])
+        select(browser, "f-outcome", "")
+        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
+        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        engine = detail.split("the engine's answer:\n", 1)[1]
+        assert engine.startswith(("▶", "·", "…")) and "▶" in engine.split("the first divergence")[0], detail
+        assert "in a whitespace run" in detail and "\n-▶·" in detail and "\n+▶·" in detail, detail
 
         # sort by outcome: the visible rows come in order
         search(browser, "")

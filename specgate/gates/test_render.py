@@ -19,22 +19,25 @@ engine refuses, the case is ``refused``.
 
 import pytest
 
+from specgate.case_answers import keep
 from specgate.checks import render as checks
 from specgate.judge import settle
 
 pytestmark = pytest.mark.gate("render")
 
 
-def test_render(engine, model, model_id, case_id, case):
+def test_render(engine, model, model_id, case_id, case, request):
     got, refusal = checks.answer(
         engine, case, model, case["messages"], case["add_generation_prompt"], **case["kwargs"]
     )
+    keep(request, got)
     where = f"stage render, model {model_id}, case {case_id}"
     settle("render", case, lambda c: checks.check(c, got, refusal, "prompt"), where, "prompt")
 
 
 @pytest.mark.gate("render", snapshot="render_template")
-def test_render_template(engine, case_id, case):
+def test_render_template(engine, case_id, case, request):
     got, refusal = checks.answer(engine, case, case["template"], case["context"], method="render_template")
+    keep(request, got)
     where = f"stage render, constructs, case {case_id} ({case['construct']}), template {case['template']!r}"
     settle("render", case, lambda c: checks.check(c, got, refusal, "output"), where, "output")

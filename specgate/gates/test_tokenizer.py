@@ -12,14 +12,16 @@ specgate's semantics are the GGUF pipeline's: no Unicode normalization, and
 
 import pytest
 
+from specgate.case_answers import keep
 from specgate.checks import tokenizer as checks
 from specgate.gate import call
 from specgate.judge import settle
 
 
 @pytest.mark.gate("split")
-def test_split(engine, model, model_id, case_id, case):
+def test_split(engine, model, model_id, case_id, case, request):
     got = call(engine, "split", model, case["text"])
+    keep(request, got)
     settle(
         "split",
         case,
@@ -30,8 +32,9 @@ def test_split(engine, model, model_id, case_id, case):
 
 
 @pytest.mark.gate("encode")
-def test_encode(engine, model, model_id, case_id, case):
+def test_encode(engine, model, model_id, case_id, case, request):
     got = call(engine, "encode", model, case["text"], case["parse_special"])
+    keep(request, got)
     settle(
         "encode",
         case,
@@ -42,8 +45,9 @@ def test_encode(engine, model, model_id, case_id, case):
 
 
 @pytest.mark.gate("decode")
-def test_decode(engine, model, model_id, case_id, case):
+def test_decode(engine, model, model_id, case_id, case, request):
     got = call(engine, "decode", model, case["ids"])
+    keep(request, got)
     settle(
         "decode",
         case,

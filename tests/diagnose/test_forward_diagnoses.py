@@ -86,7 +86,7 @@ def test_a_planted_forward_bug_is_diagnosed_by_name(
     run = run_parity(
         tmp_path, script_impl(ENGINE, bugs), "logits", model,
         "--shrink-budget", "0", "--diagnose-budget", "600", *LONG_PROMPT_LEFT_OUT[bugs != "mask_off_by_one"],
-        files=("tests/gates/test_logits.py",),
+        files=("specgate/gates/test_logits.py",),
     )  # fmt: skip
     assert run.status == 1, run.output[-3000:]
     markdown = unescaped(next((tmp_path / "reports").glob("parity-*.md")).read_text(encoding="utf-8"))

@@ -1,0 +1,115 @@
+"""The case browser at more than 5,000 cases (issue 27): two real runs of planted
+engines over the tokenizer stages of every cached vocabulary model, their JSON reports
+joined into one page, loaded in headless chromium. The case counts equal the JSON's,
+the filters and the search work, a failing case shows the engine's own answer; the
+page's size and load time are printed (bounded generously, never timed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from specgate import models as model_cache
+from specgate import report_html
+from specgate.plugin import model_missing
+from tests.cdp import Chromium
+from tests.engines.parity_run import run_parity, script_impl
+from tests.test_case_browser import search, select, shown
+from tests.test_report_html import chromium
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+MODELS = ("qwen3-vocab", "qwen3.6-vocab", "qwen2.5-coder-0.5b-instruct", "deepseek-r1-distill-qwen-7b-vocab")
+RUNS = {  # name -> (engine script and its arguments)
+    "browser": (ENGINES / "browser_engine.py",),
+    "fixable": (ENGINES / "fixable_tokenizer.py", "--defects=nfc,digits3,fffd"),
+}
+#: Generous bounds: a page per case and a load that no contended machine should reach.
+BYTES_PER_CASE = 4096
+LOAD_SECONDS = 120
+
+
+def joined(reports: dict[str, dict]) -> dict:
+    """One payload of several runs' JSON reports: each case's id prefixed with its run's
+    name (the runs gate the same cases), its matrix rows, groups and details kept."""
+    cases, details, matrix, groups = [], [], [], []
+    for name, report in reports.items():
+        cases += [{**c, "nodeid": f"{name}::{c['nodeid']}"} for c in report["cases"]]
+        details += report["case_details"]
+        matrix += report["matrix"]
+        groups += report["groups"]
+    coverage = Counter(c["outcome"] for c in cases)
+    return {"impl": " + ".join(r["impl"] for r in reports.values()), "matrix": matrix, "groups": groups,
+            "coverage": dict(coverage), "verdict": None, "cases": cases, "case_details": details}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_case_browser_at_5000_cases(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    binary = chromium(request.config)
+    missing = [m for m in MODELS if m not in model_cache.cached_models()]
+    if missing:
+        model_missing(f"{missing}; run: specgate models fetch")
+    reports = {}
+    for name, (script, *args) in RUNS.items():
+        run = run_parity(
+            tmp_path / name, script_impl(script, *args), "split,encode,decode", ",".join(MODELS),
+            "--shrink-budget", "0", "--diagnose-budget", "0",
+        )  # fmt: skip
+        assert run.status == 1 and run.report["cases"], run.output[-3000:]
+        reports[name] = run.report
+    payload = joined(reports)
+    cases = payload["cases"]
+    n = len(cases)
+    assert n >= 5000, n
+    json_path = tmp_path / "joined.json"
+    json_path.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
+    started = time.monotonic()
+    html = report_html.page(json.loads(json_path.read_text(encoding="utf-8")))
+    built = time.monotonic() - started
+    page = tmp_path / "joined.html"
+    page.write_text(html, encoding="utf-8")
+    size = page.stat().st_size
+    assert size < BYTES_PER_CASE * n, size
+
+    browser = Chromium(binary, tmp_path / "profile")
+    try:
+        seconds = browser.load(page.as_uri())
+        print(
+            f"{n:,} cases; HTML {size:,} bytes ({size / n:,.0f} per case), JSON {json_path.stat().st_size:,} bytes; "
+            f"page built in {built:.2f} s, loaded in chromium in {seconds:.2f} s"
+        )
+        assert seconds < LOAD_SECONDS, seconds
+        assert shown(browser) == (f"{n} of {n} cases shown", n)
+        for outcome, count in Counter(c["outcome"] for c in cases).items():
+            select(browser, "f-outcome", outcome)
+            assert shown(browser) == (f"{count} of {n} cases shown", count), outcome
+        select(browser, "f-outcome", "")
+        for model, count in Counter(c["model"] for c in cases).items():
+            select(browser, "f-model", model)
+            assert shown(browser)[1] == count, model
+        select(browser, "f-model", "")
+        for stage, count in Counter(c["stage"] for c in cases).items():
+            select(browser, "f-stage", stage)
+            assert shown(browser)[1] == count, stage
+        select(browser, "f-stage", "")
+
+        # search: one failing case of the second run by its id, then a text only in
+        # the engine answers (a token the NFC engine composes)
+        failing = next(c for c in cases if c["outcome"] == "fail" and c["nodeid"].startswith("fixable::"))
+        search(browser, failing["nodeid"])
+        assert shown(browser)[1] == 1
+        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
+        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        assert "the engine's answer:\n" in detail and "(not recorded)" not in detail, detail
+        assert failing["answers"]["engine"].split("\n")[0].replace(" ", "·") in detail, detail
+        search(browser, "")
+        assert shown(browser)[1] == n
+        browser.js("document.getElementById('browser').scrollIntoView()")
+        shot = browser.screenshot(tmp_path / "case-browser-5k.png")
+        assert shot.stat().st_size > 10_000
+        print(f"screenshot: {shot}")
+    finally:
+        browser.close()
