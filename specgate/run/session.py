@@ -3,8 +3,8 @@ gate records, the engine's answers (``AnswerCache``), the models and snapshots i
 loaded. It lives in ``config.stash[SESSION]`` and is reached by the ``specgate``
 fixture or from the config; there is no module-level copy.
 
-``setup_missing`` needs no session: it raises ``SetupMissing``, and the plugin's report
-hook, which has the session, decides — a skip in a partial local run, a failure under
+``setup_missing`` needs no session: it raises a skip carrying its remedy, and the plugin's
+report hook, which has the session, decides — a skip in a partial local run, a failure under
 ``--live-references``.
 """
 
@@ -129,24 +129,20 @@ def register_user_model(refs: dict[str, ModelRef], spec: str, ref: ModelRef) -> 
 SESSION = pytest.StashKey[SpecgateSession]()
 
 
-class SetupMissing(pytest.skip.Exception):
-    """Something a test needs is missing; ``remedy`` says what provides it."""
-
-    def __init__(self, reason: str, remedy: str = "") -> None:
-        super().__init__(reason)
-        self.remedy = remedy
-
-    @property
-    def as_failure(self) -> str:
-        return f"{self.msg} ({self.remedy})" if self.remedy else str(self.msg)
+#: The attribute a ``setup_missing`` skip carries: its remedy (a plain skip otherwise, so a
+#: partial local run shows it as any other skip).
+REMEDY = "specgate_setup_remedy"
 
 
 def setup_missing(reason: str, remedy: str = "") -> None:
     """Something a test needs is missing (a cached model, a reference library, an installed
     third-party engine). Under ``--live-references`` (``nox -s tests`` and ``live``, which
     install and fetch all of it first) that is a broken setup: the test fails, naming
-    ``remedy``. Otherwise (a partial local run) it is skipped, saying what is missing."""
-    raise SetupMissing(reason, remedy)
+    ``remedy`` (``missing_is_failure``, called by the plugin's report hook, which has the
+    session). Otherwise (a partial local run) it is skipped, saying what is missing."""
+    skip = pytest.skip.Exception(reason)
+    setattr(skip, REMEDY, remedy)
+    raise skip
 
 
 def model_missing(reason: str) -> None:
@@ -155,7 +151,9 @@ def model_missing(reason: str) -> None:
 
 
 def missing_is_failure(session: SpecgateSession | None, report: pytest.TestReport, exc: Any) -> None:
-    """Under ``--live-references`` a ``SetupMissing`` skip fails its test (see ``setup_missing``)."""
-    if session is not None and session.live_references and isinstance(exc, SetupMissing) and report.skipped:
-        report.outcome = "failed"
-        report.longrepr = exc.as_failure
+    """Under ``--live-references`` a ``setup_missing`` skip fails its test."""
+    if session is None or not session.live_references or not report.skipped or not hasattr(exc, REMEDY):
+        return
+    remedy = getattr(exc, REMEDY)
+    report.outcome = "failed"
+    report.longrepr = f"{exc.msg} ({remedy})" if remedy else str(exc.msg)
