@@ -29,11 +29,11 @@ from impl.process.client import CmdEngine  # noqa: E402
 from oracle.trace import KINDS, all_points  # noqa: E402
 from specgate.checks import trace as checks  # noqa: E402
 from specgate.corpus import prompts  # noqa: E402
-from specgate.plugin import get_model  # noqa: E402
+from specgate.models import model_ref  # noqa: E402
 
 
 def main(model_id: str = "qwen2.5-coder-0.5b-instruct", bug: str = "rope_base") -> None:
-    model = get_model(model_id)
+    model = model_ref(model_id)
     oracle = OracleEngine()
     ids = oracle.encode(model, str(prompts()["long_code_512"]["text"]), parse_special=True)[:512]
     n_layer, head_dim = (oracle.metadata(model)["hparams"][k] for k in ("n_layer", "head_dim"))

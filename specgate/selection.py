@@ -1,4 +1,5 @@
-"""Which models and stages a run gates. With no ``--model``: the ones the committed snapshots define.
+"""Which models, stages and cases a run gates (``--model(s)``, ``--stages``, ``--shard``,
+``--max-cases``). With no ``--model``: the models the committed snapshots define.
 
 A gate's cases come from the snapshots (``snapshots/<model>/<stage>.json``), so the
 default selection is every manifest or tiny model that has snapshots there — whatever
@@ -12,12 +13,15 @@ too (the reference tests record theirs); they add no gate case.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from impl.protocol import ModelRef
 from specgate import models as model_cache
 from specgate import tiny_specs
+from specgate.run.session import SESSION, SpecgateSession
 
 
 def snapshot_models(root: Path) -> list[str]:
@@ -69,6 +73,49 @@ def missing_line(missing: list[str], root: Path) -> str:
     )
 
 
+# -- the run's models -------------------------------------------------------------------------
+
+
+def selected_models(config: pytest.Config) -> list[str]:
+    """The model ids of the run: a user's GGUF path (``--model PATH``) appears as its
+    ``ModelRef`` id (the file stem), the id its snapshots are kept under."""
+    chosen = list(config.getoption("--model"))  # includes --models (see pytest_configure)
+    if not chosen:  # what the snapshots define, cached or not (specgate.selection)
+        return default_models(config.stash[SESSION].snapshot_root)
+    return [user_model_id(config.stash[SESSION], spec) for spec in chosen]
+
+
+def user_model_id(session: SpecgateSession, spec: str) -> str:
+    """``spec`` itself, or the id of the user GGUF it is a path to (an unusable spec is
+    left as it is: ``check_usage`` has reported it, or the ``model`` fixture will)."""
+    try:
+        ref = session.model(spec)
+    except model_cache.ModelError:
+        return spec
+    return ref.id if ref.role == "user" else spec
+
+
+def forward_models(config: pytest.Config) -> list[str]:
+    """Models with weights: the --model selection (a user's GGUF when it holds tensors),
+    else the default selection (specgate.selection)."""
+    manifest = model_cache.load_manifest()
+    model_of = config.stash[SESSION].model
+    return [m for m in selected_models(config) if has_weights(m, manifest, model_of)]
+
+
+def has_weights(
+    model_id: str, manifest: dict[str, model_cache.ModelEntry], model_of: Callable[[str], ModelRef]
+) -> bool:
+    """A manifest model by its role; a tiny model always; a user's GGUF when its file holds
+    tensors (``model_of``: the run's model lookup, ``SpecgateSession.model``)."""
+    if model_id in manifest:
+        return manifest[model_id].role == "full-weights"
+    try:
+        return model_cache.has_weights(model_of(model_id))
+    except model_cache.ModelError:
+        return True  # kept: its test reports why it cannot run (model_missing)
+
+
 # -- stages ------------------------------------------------------------------------------------
 
 
@@ -86,3 +133,71 @@ def row_stage(item: pytest.Item) -> str | None:
     params = getattr(item, "callspec", None)
     cls = params.params.get("conformance_class") if params else None
     return f"{marker.args[0]}/{cls}" if cls else marker.args[0]
+
+
+# -- the cases kept ----------------------------------------------------------------------------
+
+
+def keep_stages(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--stages``: deselect the gates of the other stages (other tests are kept)."""
+    stages = selected_stages(config)
+    if stages is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        stage = row_stage(item)
+        chosen = stage is None or stage in stages or stage.split("/")[0] in stages
+        (keep if chosen else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the gate cases other shards run (``specgate.shard``); other tests run in shard 1."""
+    from specgate.shard import ShardError, gate_group, load_costs, split_cases
+
+    shard = config.stash[SESSION].shard
+    if shard is None:
+        return
+    try:
+        costs = load_costs()
+    except ShardError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+    def case_of(item: pytest.Item) -> tuple[str, str, str] | None:
+        stage, params = row_stage(item), getattr(item, "callspec", None)
+        if stage is None or params is None or not isinstance(params.params.get("model_id"), str):
+            return None
+        return stage, params.params["model_id"], str(params.params.get("case_id", item.nodeid))
+
+    cases = {item: case_of(item) for item in items}
+    mine = split_cases([c for c in cases.values() if c is not None], *shard, costs)
+    ours = [(gate_group(*cases[i]) in mine) if cases[i] else shard[0] == 1 for i in items]
+    if not all(ours):
+        config.hook.pytest_deselected(items=[i for i, own in zip(items, ours, strict=True) if not own])
+        items[:] = [i for i, own in zip(items, ours, strict=True) if own]
+
+
+def keep_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--max-cases N``: of each (stage, model) row's gate cases keep N spread evenly over
+    the collection order (first, last and between), so a small sample still reaches
+    the kinds of input later in the snapshot. Other tests are kept."""
+    limit = config.getoption("--max-cases")
+    if limit < 0:
+        raise pytest.UsageError(f"--max-cases {limit}: must be 0 (all) or a positive number of cases")
+    if not limit:
+        return
+    rows: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        stage, params = row_stage(item), getattr(item, "callspec", None)
+        if stage is not None and params is not None:
+            rows.setdefault((stage, str(params.params.get("model_id"))), []).append(item)
+    drop = set()
+    for row in rows.values():
+        if len(row) > limit:
+            chosen = {round(i * (len(row) - 1) / max(limit - 1, 1)) for i in range(limit)}
+            drop.update(item for i, item in enumerate(row) if i not in chosen)
+    if drop:
+        config.hook.pytest_deselected(items=[i for i in items if i in drop])
+        items[:] = [i for i in items if i not in drop]

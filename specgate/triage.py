@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate import files
+from specgate import files, stages
 from specgate.reproducer import ReproError, model_for  # noqa: F401
 from specgate.reproducer import load as load_reproducer  # noqa: F401
 from specgate.signatures import kind, message_signature, record_signature, signature
@@ -48,12 +48,11 @@ from specgate.signatures import kind, message_signature, record_signature, signa
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
 #: The outcomes a reproducer is shrunk for: divergences of the engine.
 SHRUNK_OUTCOMES = ("fail", "error")
-#: The stages a re-check can replay on a new input.
-REPLAYABLE = ("split", "encode", "decode", "render", "logits/exact", "logits/quantized")
-#: The stages a reproducer file can hold: the differential search (``specgate.search``)
-#: also writes sampler reproducers (a logit vector, parameters and r: no model) and generate
-#: reproducers (a prompt and greedy parameters with stop strings, judged in one class).
-REPLAYABLE_FILES = (*REPLAYABLE, "sample", "generate/exact", "generate/quantized")
+#: The rows a re-check can replay on a new input, and those a reproducer file can hold (the
+#: differential search also writes sampler and generate reproducers): ``specgate.stages``.
+REPLAYABLE, REPLAYABLE_FILES = stages.REPLAYABLE, stages.REPLAYABLE_FILES
+#: One input judged against the oracle (``specgate.stages``).
+Verdict = stages.Verdict
 #: The pseudo model id of sampler reproducers (the sampler stage takes no model).
 SAMPLER_MODEL_ID = "sampler"
 DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
@@ -189,187 +188,13 @@ def _split(items: list[Any], n: int) -> list[list[Any]]:
 
 
 # ---------------------------------------------------------------------------
-# re-checking one input against the oracle
-
-
-@dataclass
-class Verdict:
-    outcome: str  # pass, fail, refused, reference-disagreement or error
-    message: str = ""
-    engine_answer: Any = None
-    oracle_answer: Any = None
+# re-checking one input against the oracle, and the inputs of recorded cases
 
 
 def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
     """The gate's comparison for ``stage`` on a new input ``inp``, with the oracle's
-    answer as the reference (see the module docstring)."""
-    from impl.protocol import EngineError
-    from specgate.gate import NotApplicable, Refused
-
-    base, _, conformance_class = stage.partition("/")
-    try:
-        if base == "logits":
-            return _check_logits(engine, oracle, model, inp, conformance_class)
-        if base == "generate":
-            return _check_generate(engine, oracle, model, inp, conformance_class)
-        return _CHECKS[base](engine, oracle, model, inp)
-    except Refused as exc:
-        return Verdict("refused", str(exc.msg))
-    except NotApplicable as exc:
-        return Verdict("n/a", str(exc.msg))
-    except EngineError as exc:
-        return Verdict("error", str(exc))
-
-
-def _check_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
-    from specgate.checks import tokenizer
-    from specgate.gate import call
-
-    expected = oracle.split(model, inp["text"])
-    got = call(engine, "split", model, inp["text"])
-    failure, disagreement = tokenizer.check_split(inp["text"], expected, got, tokenizer.ORACLE)
-    outcome = "fail" if failure else "reference-disagreement" if disagreement else "pass"
-    return Verdict(outcome, failure or disagreement or "", list(got), expected)
-
-
-def _check_encode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
-    from specgate.checks import tokenizer
-    from specgate.gate import call
-
-    expected = oracle.encode(model, inp["text"], inp["parse_special"])
-    got = call(engine, "encode", model, inp["text"], inp["parse_special"])
-    show = lambda i: repr(oracle.decode(model, [i]))  # noqa: E731 — a token id shown as its bytes
-    failure = tokenizer.check_encode({**inp, "ids": expected}, got, show=show, reference=tokenizer.ORACLE)
-    return Verdict("fail" if failure else "pass", failure or "", list(got), expected)
-
-
-def _check_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
-    from specgate.checks import tokenizer
-    from specgate.gate import call
-
-    expected = oracle.decode(model, inp["ids"])
-    got = call(engine, "decode", model, inp["ids"])
-    failure = tokenizer.check_decode(expected, bytes(got), tokenizer.ORACLE)
-    return Verdict("fail" if failure else "pass", failure or "", bytes(got).hex(), expected.hex())
-
-
-def _check_render(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
-    """A conversation through the model's template (``messages``) or a construct
-    template (``template`` + ``context``), as ``specgate/gates/test_render.py`` judges it."""
-    from impl.protocol import Unsupported
-    from specgate.checks import render
-    from specgate.gate import call, refused
-
-    construct = "template" in inp
-    key, method = ("output", "render_template") if construct else ("prompt", None)
-    args = (
-        (inp["template"], inp["context"])
-        if construct
-        else (model, inp["messages"], inp["add_generation_prompt"])
-    )
-    kwargs = {} if construct else inp.get("kwargs", {})
-    try:
-        expected: dict[str, Any] = {key: getattr(oracle, method or "render")(*args, **kwargs)}
-    except Unsupported as exc:  # the oracle cannot tell a raise_exception message from others
-        expected = {"error": {"type": "refusal", "message": str(exc), "raised_by_template": False}}
-    try:
-        got, refusal = call(engine, "render", *args, method=method, refusal_expected=True, **kwargs), ""
-    except Unsupported as exc:
-        if "error" not in expected:
-            refused(f"{engine.name} refuses this render input: {exc}")
-        got, refusal = None, str(exc)
-    failure = render.check(expected, got, refusal, key, reference="the oracle")
-    answer = got if got is not None else {"refusal": refusal}
-    return Verdict(
-        "fail" if failure else "pass", failure or "", answer, expected.get(key, expected.get("error"))
-    )
-
-
-def _check_logits(
-    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
-) -> Verdict:
-    """The logits gate of one class, the oracle's logits standing in for both references
-    (every position recorded, top-64 as in the snapshots)."""
-    import numpy as np
-
-    from specgate import logit_metrics
-    from specgate.checks import logits
-    from specgate.gate import call, not_applicable
-
-    if conformance_class not in engine.classes:
-        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
-    ids = list(inp["ids"])
-    expected = np.asarray(oracle.logits(model, ids), dtype=np.float32)
-    got = logits.answer(call(engine, "logits", model, ids))
-    positions = list(range(len(ids)))
-    record = logit_metrics.topk_record(expected, positions, 64)
-    case = {"ids": ids, "positions": positions, "hf": record, "llamacpp": record}
-    failure = logits.well_formed(case, got)
-    if failure is None:
-        failure, _ = logits.check(conformance_class, model.id, case, got)
-    top = lambda a: [int(np.argmax(row)) for row in a]  # noqa: E731 — the answers, in brief
-    answer = (top(got) if got.ndim == 2 else list(got.shape)) if isinstance(got, np.ndarray) else "named"
-    return Verdict("fail" if failure else "pass", failure or "", {"top1": answer}, {"top1": top(expected)})
-
-
-def _check_sample(engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
-    """A logit vector through the sampler chain (``{"logits": {n_vocab, ids, values},
-    "params", "r"}``), as the sample gate judges it: candidate sets and probabilities
-    after every step, then the draw (not compared when r lies within ``DRAW_MARGIN``
-    of a cumulative boundary, where float32 and float64 sums may part)."""
-    from specgate.checks import sample
-    from specgate.gate import call
-
-    logits = sample.logits_of(inp)
-    expected = oracle.sample(logits, inp["params"], inp["r"])
-    got = call(engine, "sample", logits, inp["params"], inp["r"])
-    case = {**sample.summarize(expected), "r": inp["r"], "token": expected.get("token")}
-    if expected["chain"][-1:] != ["greedy"] and case["token"] is not None:
-        _, margin = sample.expected_draw(expected["ids"], expected["probs"], inp["r"])
-        case["token"] = case["token"] if margin > DRAW_MARGIN else None
-    failure = sample.compare(case, got)
-    brief = lambda result: {"n": len(result["ids"]), "token": result.get("token")}  # noqa: E731
-    return Verdict("fail" if failure else "pass", failure or "", brief(got), brief(expected))
-
-
-def _check_generate(
-    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
-) -> Verdict:
-    """A greedy generation with stop strings (``{"prompt", "params"}``), as the generate
-    gate judges a stop case (``specgate.checks.generate.check``) with the oracle's stream
-    as the reference: exact bytes, finish reason and id count where the streams agree,
-    the engine's stop logic replayed on its own tokens where they part at a near tie."""
-    from specgate.checks import generate
-    from specgate.gate import call, not_applicable
-
-    if conformance_class not in engine.classes:
-        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
-    ref = generate.well_formed(oracle.generate(model, inp["prompt"], {**inp["params"], "top_candidates": 2}))
-    got = generate.well_formed(call(engine, "generate", model, inp["prompt"], inp["params"]))
-    case = {
-        **inp,
-        "reference": {"ids": list(ref["ids"]), "margins": generate.margins(ref["steps"])},
-        "expected": {"bytes": ref["bytes"], "finish_reason": ref["finish_reason"], "n_ids": len(ref["ids"])},
-    }
-    failure, _ = generate.check(case, got, conformance_class, model)
-    brief = lambda r: {"bytes": r["bytes"], "finish_reason": r["finish_reason"], "ids": r["ids"]}  # noqa: E731
-    return Verdict("fail" if failure else "pass", failure or "", brief(got), brief(ref))
-
-
-#: A draw whose r lies this close to a cumulative-probability boundary is not compared.
-DRAW_MARGIN = 1e-4
-
-_CHECKS: dict[str, Callable[[Any, Any, Any, dict[str, Any]], Verdict]] = {
-    "split": _check_split,
-    "encode": _check_encode,
-    "decode": _check_decode,
-    "render": _check_render,
-    "sample": _check_sample,
-}
-
-
-# ---------------------------------------------------------------------------
-# the inputs of recorded cases, and how each is shrunk
+    answer as the reference (the stage's own replay: ``specgate.stages``)."""
+    return stages.replay(stage, engine, oracle, model, inp)
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
@@ -381,16 +206,8 @@ def case_input(record: Any) -> dict[str, Any] | None:
     if stage not in REPLAYABLE or not case_id:
         return None
     constructs = record.model == corpus.CONSTRUCTS_MODEL_ID
-    snapshot = "render_template" if constructs else stage.split("/")[0]
-    case = snapshots.load(model_for(record.model), snapshot)[case_id]
-    if stage == "render":
-        keys = ("template", "context") if constructs else ("messages", "add_generation_prompt", "kwargs")
-        return {key: case[key] for key in keys}
-    if stage == "split":
-        return {"text": case["text"]}
-    if stage == "encode":
-        return {"text": case["text"], "parse_special": case["parse_special"]}
-    return {"ids": list(case["ids"])}
+    snapshot = stages.CONSTRUCTS_SNAPSHOT if constructs else stages.stage_of(stage).snapshot
+    return stages.case_input(stage, snapshots.load(model_for(record.model), snapshot)[case_id], constructs)
 
 
 def size(inp: dict[str, Any]) -> int:

@@ -17,7 +17,8 @@ from impl.oracle import OracleEngine
 from impl.protocol import Engine
 from specgate import models as model_cache
 from specgate.gates import test_generate as gate
-from specgate.plugin import SpecgateSession, get_model, model_missing, snapshot_cases
+from specgate.models import model_ref
+from specgate.plugin import SpecgateSession, model_missing
 
 MODEL, CASE = "tiny-qwen2-f32", "stop-straddle/code"
 
@@ -36,12 +37,12 @@ class Answering(Engine):
 
 
 @pytest.fixture(scope="module")
-def stream():
+def stream(specgate):
     try:
-        model = get_model(MODEL)
+        model = model_ref(MODEL)
     except model_cache.ModelError as exc:  # the tiny model comes from `specgate models tiny`
         model_missing(str(exc))
-    case = snapshot_cases(model, "generate")[CASE]
+    case = specgate.snapshot_cases(model, "generate")[CASE]
     assert case["params"]["stop"] == ["an[s"] and case["params"]["max_tokens"] == 4
     oracle = OracleEngine()
     tokens = oracle.encode(model, "x an", False) + oracle.encode(model, "[s", False)
@@ -51,22 +52,21 @@ def stream():
     return model, case, tokens, more
 
 
-def run_gate(engine, model, conformance_class="quantized"):
+def run_gate(engine, model, case, conformance_class="quantized"):
     node = types.SimpleNamespace(node=types.SimpleNamespace(user_properties=[]))
-    case = snapshot_cases(model, "generate")[CASE]
     gate.test_generate(engine, SpecgateSession(impl="t"), model, MODEL, CASE, case, conformance_class, node)
     return node.node.user_properties
 
 
 def test_a_near_tie_stream_with_right_stop_logic_passes(stream):
-    model, _, tokens, _ = stream
+    model, case, tokens, _ = stream
     right = {"ids": tokens, "bytes": b"x ".hex(), "finish_reason": "stop_string", "chunks": [b"x ".hex()]}
-    properties = run_gate(Answering(right), model)
+    properties = run_gate(Answering(right), model, case)
     assert any("stop logic replayed" in str(p) for p in properties)
 
 
 def test_a_near_tie_stream_with_a_per_token_stop_search_fails(stream):
-    model, _, tokens, more = stream
+    model, case, tokens, more = stream
     # A stop search that looks only at each token's own bytes never sees "an[s": it runs on.
     ids = (tokens + more * 4)[:4]
     data = b"".join(OracleEngine().decode(model, [i]) for i in ids)
@@ -74,18 +74,18 @@ def test_a_near_tie_stream_with_a_per_token_stop_search_fails(stream):
     with pytest.raises(
         pytest.fail.Exception, match=r"on the engine's own tokens .* the decode loop gives b'x '"
     ):
-        run_gate(Answering(wrong), model)
+        run_gate(Answering(wrong), model, case)
 
 
 def test_a_near_tie_stream_stopping_without_a_stop_string_fails(stream):
-    model, _, tokens, _ = stream
+    model, case, tokens, _ = stream
     early = {"ids": tokens[:1], "bytes": b"x".hex(), "finish_reason": "stop_string"}
     with pytest.raises(pytest.fail.Exception, match="would go on"):
-        run_gate(Answering(early), model)
+        run_gate(Answering(early), model, case)
 
 
 def test_the_exact_class_holds_the_same_stream_to_its_tighter_tie_tolerance(stream):
-    model, _, tokens, _ = stream
+    model, case, tokens, _ = stream
     right = {"ids": tokens, "bytes": b"x ".hex(), "finish_reason": "stop_string"}
     with pytest.raises(pytest.fail.Exception, match=r"exceeds the exact tie tolerance 0\.01"):
-        run_gate(Answering(right), model, "exact")
+        run_gate(Answering(right), model, case, "exact")

@@ -261,12 +261,12 @@ def test_llamacpp_reads_the_blocks_as_the_oracle_does(model_id: str, reference, 
     from impl.oracle import OracleEngine
     from specgate import logit_metrics
     from specgate.checks import logits as class_bounds
-    from specgate.plugin import get_model
+    from specgate.models import model_ref
 
     llama = reference("llamacpp")
     if model_id not in model_cache.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models tiny)")
-    model = get_model(model_id)
+    model = model_ref(model_id)
     cmp = logit_metrics.compare_full(
         np.asarray(OracleEngine().logits(model, CHAT_IDS)),
         np.asarray(llama.logits(model, CHAT_IDS)),

@@ -94,9 +94,9 @@ class EngineSpec:
                 raise EcosystemError(f"{path}: {key!r} must be a non-empty list of strings, got {value!r}")
             return list(value)
 
-        from specgate.plugin import CLASSED_STAGES, CONFORMANCE_CLASSES, GATE_STAGES
+        from specgate.stages import GATE_STAGES, known_rows
 
-        known = {*GATE_STAGES, *(f"{s}/{c}" for s in CLASSED_STAGES for c in CONFORMANCE_CLASSES)}
+        known = known_rows()
         stages = names("stages")
         ci = data.get("ci", {})
         ci_stages = names("stages", ci) if "stages" in ci else stages

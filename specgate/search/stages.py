@@ -14,17 +14,22 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from specgate import stages as gate_stages
 from specgate.search import conversations, generation, sampler, templates, texts
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str  # the search's name (``--stages``)
-    gate_stage: str  # the triage / gate stage divergences are judged as
-    capability: str  # what the engine must offer
+    gate_stage: str  # the gate stage's row divergences are judged and replayed as (``specgate.stages``)
     default_models: tuple[str, ...]
     judges: tuple[str, ...]  # the references that confirm a divergence (``specgate.search.confirm``)
     inputs: Callable[[Any, Any], st.SearchStrategy[dict[str, Any]]]  # (model, oracle) -> strategy
+
+    @property
+    def capability(self) -> str:
+        """What the engine must offer: the gate stage's protocol operation."""
+        return gate_stages.stage_of(self.gate_stage).capability
 
 
 def _decode_inputs(model: Any, oracle: Any) -> st.SearchStrategy[dict[str, Any]]:
@@ -47,9 +52,8 @@ FORWARD_MODELS = ("tiny-qwen2-f32",)
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (
-        Stage("split", "split", "split", TOKENIZER_MODELS, ("regex",), lambda m, o: texts.split_inputs()),
+        Stage("split", "split", TOKENIZER_MODELS, ("regex",), lambda m, o: texts.split_inputs()),
         Stage(
-            "encode",
             "encode",
             "encode",
             TOKENIZER_MODELS,
@@ -58,9 +62,8 @@ STAGES: dict[str, Stage] = {
         ),
         # decode: llama.cpp's bytes only, as the decode snapshots — HF decodes to str, so it cannot
         # judge partial UTF-8 (its U+FFFD is not the bytes).
-        Stage("decode", "decode", "decode", TOKENIZER_MODELS, ("llamacpp",), _decode_inputs),
+        Stage("decode", "decode", TOKENIZER_MODELS, ("llamacpp",), _decode_inputs),
         Stage(
-            "render",
             "render",
             "render",
             ("qwen3-vocab",),
@@ -70,28 +73,23 @@ STAGES: dict[str, Stage] = {
         Stage(
             "template",
             "render",
-            "render",
             ("constructs",),
             ("hf",),
             lambda m, o: templates.construct_inputs(),
         ),
-        Stage(
-            "sample", "sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()
-        ),
+        Stage("sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()),
         # logits: the engine's conformance class decides which (``session.plan``): exact is held to
         # transformers' f32 forward, quantized to llama.cpp, as in the logits gate.
-        Stage("logits", "logits/exact", "logits", FORWARD_MODELS, ("hf",), _logits_inputs),
+        Stage("logits", "logits/exact", FORWARD_MODELS, ("hf",), _logits_inputs),
         # generate: greedy streams with stop strings on a tiny model, judged per class as logits is;
         # the references generate without stop strings, the documented stop rule is applied to
         # their streams (``confirm.StopRuleReference``).
-        Stage("generate", "generate/exact", "generate", FORWARD_MODELS, ("hf",), generation.generate_inputs),
+        Stage("generate", "generate/exact", FORWARD_MODELS, ("hf",), generation.generate_inputs),
     )
 }
-QUANTIZED_LOGITS = Stage(
-    "logits", "logits/quantized", "logits", FORWARD_MODELS, ("llamacpp",), _logits_inputs
-)
+QUANTIZED_LOGITS = Stage("logits", "logits/quantized", FORWARD_MODELS, ("llamacpp",), _logits_inputs)
 QUANTIZED_GENERATE = Stage(
-    "generate", "generate/quantized", "generate", FORWARD_MODELS, ("llamacpp",), generation.generate_inputs
+    "generate", "generate/quantized", FORWARD_MODELS, ("llamacpp",), generation.generate_inputs
 )
 #: ``--stages`` default: all but logits and generate (forward passes per example: asked for by name).
 DEFAULT_STAGES = tuple(name for name in STAGES if name not in ("logits", "generate"))

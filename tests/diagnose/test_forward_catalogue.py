@@ -16,7 +16,8 @@ from specgate import models as model_cache
 from specgate import snapshots
 from specgate.checks import logits as logits_check
 from specgate.diagnose import forward, run
-from specgate.plugin import get_model, model_missing
+from specgate.models import model_ref
+from specgate.plugin import model_missing
 
 #: a model per family, and the Q4_0 one the dequantization hypothesis needs
 MODELS = ("tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-qwen2-tied-f32", "tiny-qwen2-q4_0")
@@ -26,7 +27,7 @@ SHORT = ("raw_en", "raw_zh")  # two short prompts of every tiny model's logits s
 def _model(model_id: str) -> object:
     if model_id not in model_cache.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models tiny)")
-    return get_model(model_id)
+    return model_ref(model_id)
 
 
 @pytest.mark.parametrize("model_id", MODELS)

@@ -123,7 +123,7 @@ def test_a_bad_engine_toml_is_one_line_naming_the_problem_and_a_table_problem(tm
 
 
 def ecosystem_stages() -> tuple[str, ...]:
-    from specgate.plugin import GATE_STAGES
+    from specgate.stages import GATE_STAGES
 
     return GATE_STAGES
 

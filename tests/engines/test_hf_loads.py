@@ -9,7 +9,8 @@ import pytest
 
 from impl.protocol import Unsupported
 from specgate import models as model_cache
-from specgate.plugin import get_model, model_missing
+from specgate.models import model_ref
+from specgate.plugin import model_missing
 
 transformers = pytest.importorskip("transformers")
 GGUF_ONLY_MODEL = "tiny-qwen3-f32"  # ships no tokenizer.json / tokenizer_config.json
@@ -20,7 +21,7 @@ def test_tokenizer_and_render_stages_share_one_transformers_tokenizer(monkeypatc
     from impl.hf.engine import HFEngine
 
     try:
-        model = get_model(GGUF_ONLY_MODEL)
+        model = model_ref(GGUF_ONLY_MODEL)
     except model_cache.ModelError as exc:  # a partial local cache skips; under --live-references it fails
         model_missing(f"{GGUF_ONLY_MODEL}: {exc}")
     assert model.tokenizer_json is None and model.tokenizer_config is None

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from specgate import models as model_cache
-from specgate.plugin import get_model, model_missing
+from specgate.models import model_ref
+from specgate.plugin import model_missing
 from tests.engines.parity_run import run_parity, script_impl
 
 MUTANTS = Path(__file__).with_name("mutants")
@@ -41,7 +42,7 @@ def first_point_of_type(model_id: str, type_name: str) -> str:
     reads = {"attn_norm": "attn_norm", "attn_q": "Qcur", "attn_k": "Kcur", "attn_v": "Vcur",
              "attn_output": "ffn_inp", "ffn_norm": "ffn_norm", "ffn_gate": "ffn_out", "ffn_up": "ffn_out",
              "ffn_down": "ffn_out"}  # fmt: skip
-    g = open_gguf(get_model(model_id).gguf)
+    g = open_gguf(model_ref(model_id).gguf)
     order: list[tuple[int, int, str]] = []
     for name, info in g.tensors.items():
         if info.type_name != type_name:

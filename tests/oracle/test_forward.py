@@ -21,7 +21,8 @@ from oracle.weights import UnsupportedTensorType
 from specgate import logit_metrics, models, tiny
 from specgate.checks.logits import exact_tolerance
 from specgate.corpus import prompts_for
-from specgate.plugin import get_model, model_missing
+from specgate.models import model_ref
+from specgate.plugin import model_missing
 from tests.live_logits import reference_logits
 from tests.memory_profile import release_forward_weights
 
@@ -34,7 +35,7 @@ SPLIT_TOL = 1e-4
 def tiny_model(model_id: str, **kwargs: int) -> Model:
     if model_id not in models.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models tiny)")
-    return Model.from_gguf(get_model(model_id).gguf, **kwargs)
+    return Model.from_gguf(model_ref(model_id).gguf, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +175,7 @@ def test_unsupported_tensor_type_is_refused_by_name(tmp_path):
     pytest.importorskip("llama_cpp")
     from specgate import convert
 
-    src = get_model("tiny-qwen2-f32").gguf if "tiny-qwen2-f32" in models.cached_tiny_models() else None
+    src = model_ref("tiny-qwen2-f32").gguf if "tiny-qwen2-f32" in models.cached_tiny_models() else None
     if src is None:
         model_missing("tiny-qwen2-f32 (run: specgate models tiny)")
     out = tmp_path / "q2_k.gguf"
@@ -199,7 +200,7 @@ def test_tiny_model_holds_its_tensor_type(model_id):
         model_missing(f"{model_id} (run: specgate models tiny)")
     family, kind = tiny.parse_id(model_id)
     spec = tiny.FAMILIES[family]
-    g = open_gguf(get_model(model_id).gguf, header_only=True)
+    g = open_gguf(model_ref(model_id).gguf, header_only=True)
     types = {name: info.type_name for name, info in g.tensors.items()}
     assert json.loads((tiny.gguf_path(model_id).parent / "tensor_types.json").read_text()) == types
     matrices = {n: t for n, t in types.items() if len(g.tensors[n].shape) == 2}
@@ -228,7 +229,7 @@ def test_oracle_matches_transformers_full_logits(model_id, reference, request):
     hf, llama = reference("hf"), reference("llamacpp")
     if model_id not in models.cached_models() + models.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models fetch / tiny)")
-    model = get_model(model_id)
+    model = model_ref(model_id)
     from impl.oracle import OracleEngine
 
     vocab = llama.llama(model, vocab_only=True)

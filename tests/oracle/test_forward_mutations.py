@@ -14,7 +14,7 @@ from oracle import attention, rope
 from oracle.forward import Model
 from specgate import models, snapshots
 from specgate.checks.logits import check_exact
-from specgate.plugin import get_model
+from specgate.models import model_ref
 
 
 def interleaved_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -55,7 +55,7 @@ PROMPT = "chat_basic"  # 26 tokens: attention over a real prefix at every positi
 
 def gate(model_id: str) -> str | None:
     """Run the tight logits gate's check for PROMPT with a fresh oracle model."""
-    model = get_model(model_id)
+    model = model_ref(model_id)
     case = snapshots.load(model, "logits")[PROMPT]
     got = Model.from_gguf(model.gguf).prefill(case["ids"])
     return check_exact(model_id, case, got)[0]

@@ -84,9 +84,9 @@ def test_dequantize_matches_gguf_py_on_every_tensor_type(gguf_py, model_id="qwen
     """One tensor of each ggml type in the real model, dequantized by both readers."""
     import gguf
 
-    from specgate.plugin import get_model
+    from specgate.models import model_ref
 
-    path = get_model(model_id).gguf
+    path = model_ref(model_id).gguf
     ours = open_gguf(path)
     reader = gguf_py.reader_of(path)
     seen = {}
@@ -102,9 +102,9 @@ def test_metadata_load_time_within_2x_of_llama_cpp(record_property):
     """Reading metadata + tensor table vs llama.cpp's vocab-only load of the same file,
     best of 3 each, interleaved in one run. Target: within 2× of llama.cpp."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from specgate.plugin import get_model
+    from specgate.models import model_ref
 
-    path = str(get_model("qwen2.5-coder-0.5b-instruct").gguf)
+    path = str(model_ref("qwen2.5-coder-0.5b-instruct").gguf)
     ours, theirs = [], []
     for _ in range(3):  # CPU time (every thread's): the work each does, not the neighbours' load
         t0 = time.process_time()
@@ -208,9 +208,9 @@ def test_missing_path_and_directory_are_clear(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_header(tmp_path_factory) -> bytes:
-    from specgate.plugin import get_model
+    from specgate.models import model_ref
 
-    src = get_model("qwen2.5-coder-0.5b-instruct").gguf
+    src = model_ref("qwen2.5-coder-0.5b-instruct").gguf
     return real_header_sample(src, tmp_path_factory.mktemp("hdr") / "header.gguf").read_bytes()
 
 

@@ -10,7 +10,7 @@ import pytest
 import oracle.dispatch as dispatch_mod
 from impl.oracle import OracleEngine
 from specgate.checks.metadata import check_field
-from specgate.plugin import get_model, snapshot_cases
+from specgate.models import model_ref
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 
@@ -44,11 +44,11 @@ MUTATIONS = {
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
-def test_metadata_gate_catches(monkeypatch, mutation):
+def test_metadata_gate_catches(specgate, monkeypatch, mutation):
     attr, broken, field = MUTATIONS[mutation]
-    model = get_model(MODEL)
-    snapshot_cases(model, "metadata")  # the snapshot must exist for the gate to judge
-    case = snapshot_cases(model, "metadata")[field]
+    model = model_ref(MODEL)
+    specgate.snapshot_cases(model, "metadata")  # the snapshot must exist for the gate to judge
+    case = specgate.snapshot_cases(model, "metadata")[field]
     assert check_field(OracleEngine().metadata(model), field, case) is None  # the real dispatch passes
     monkeypatch.setattr(dispatch_mod, attr, broken)
     problem = check_field(OracleEngine().metadata(model), field, case)

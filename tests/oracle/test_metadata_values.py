@@ -35,7 +35,8 @@ from oracle.forward import Model
 from oracle.gguf import GGUFError, GGUFFile, open_gguf
 from oracle.template import ChatMLFallbackNotice, TemplateRefusal, chat_template_for
 from oracle.tokenizer import Tokenizer, TokenizerError
-from specgate.plugin import get_model, model_missing
+from specgate.models import model_ref
+from specgate.plugin import model_missing
 from tests.ggufs import TypedValue, compact_copy, typed_metadata, write_typed
 from tests.oracle.test_tokenizer import byte_tokens
 
@@ -389,7 +390,7 @@ def sources() -> dict[str, tuple[dict[str, TypedValue], dict]]:
     out = {}
     for model_id in (*VOCAB_SOURCES, *WEIGHT_SOURCES):
         try:
-            path = get_model(model_id).gguf
+            path = model_ref(model_id).gguf
         except Exception as exc:
             model_missing(f"{model_id}: {exc}")
         g = open_gguf(path, header_only=not model_id.startswith("tiny-"))

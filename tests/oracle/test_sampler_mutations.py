@@ -15,7 +15,8 @@ from impl.oracle import OracleEngine
 from oracle import decode_loop, sampler
 from specgate.gates import test_generate as generate_gate
 from specgate.gates import test_sample as gate
-from specgate.plugin import SpecgateSession, get_model, snapshot_cases
+from specgate.models import model_ref
+from specgate.plugin import SpecgateSession
 from tests.oracle import test_decode_loop as stops
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -56,17 +57,17 @@ SAMPLER_MUTATIONS = {
 
 
 @pytest.mark.parametrize("mutation", sorted(SAMPLER_MUTATIONS))
-def test_sample_gate_catches(monkeypatch, mutation):
+def test_sample_gate_catches(specgate, monkeypatch, mutation):
     step, broken, case_id, symptom = SAMPLER_MUTATIONS[mutation]
-    model = get_model(MODEL)
-    snapshot_cases(model, "sample")
+    model = model_ref(MODEL)
+    specgate.snapshot_cases(model, "sample")
     engine = OracleEngine()
     gate.test_sample(
-        engine, MODEL, case_id, snapshot_cases(model, "sample")[case_id]
+        engine, MODEL, case_id, specgate.snapshot_cases(model, "sample")[case_id]
     )  # the real oracle passes
     monkeypatch.setitem(sampler.STEPS, step, broken)
     with pytest.raises(pytest.fail.Exception, match=rf"\[sample\] model {MODEL}, case {case_id}.*{symptom}"):
-        gate.test_sample(engine, MODEL, case_id, snapshot_cases(model, "sample")[case_id])
+        gate.test_sample(engine, MODEL, case_id, specgate.snapshot_cases(model, "sample")[case_id])
 
 
 class PerTokenStops:
@@ -144,10 +145,10 @@ class ForwardOncePerHistory:
 
 
 @pytest.mark.parametrize("mutation", sorted(GENERATE_MUTATIONS))
-def test_generate_gate_catches(monkeypatch, mutation):
+def test_generate_gate_catches(specgate, monkeypatch, mutation):
     attr, make, model_id, case_id, symptom = GENERATE_MUTATIONS[mutation]
-    model = get_model(model_id)
-    snapshot_cases(model, "generate")
+    model = model_ref(model_id)
+    specgate.snapshot_cases(model, "generate")
     engine = OracleEngine()
     once = ForwardOncePerHistory(impl.oracle._forward_model(model.gguf))
     monkeypatch.setattr(impl.oracle, "_forward_model", lambda _path: once.reset() or once)
@@ -161,7 +162,7 @@ def test_generate_gate_catches(monkeypatch, mutation):
             model,
             model_id,
             case_id,
-            snapshot_cases(model, "generate")[case_id],
+            specgate.snapshot_cases(model, "generate")[case_id],
             "exact",
             node,
         )

@@ -17,7 +17,7 @@ import pytest
 from oracle import template as tpl
 from oracle.gguf import open_gguf
 from specgate import corpus
-from specgate.plugin import get_model
+from specgate.models import model_ref
 from tests.oracle.template_checks import HOSTILE, REFUSALS, hostile_problem, refusal_problem
 
 
@@ -100,7 +100,7 @@ def test_context_special_tokens_and_kwargs():
 
 
 def model_template(model_id: str) -> tpl.ChatTemplate:
-    model = get_model(model_id)
+    model = model_ref(model_id)
     return tpl.chat_template_for(open_gguf(model.gguf, header_only=True).metadata, model.tokenizer_config)
 
 
@@ -139,10 +139,8 @@ def test_long_conversation_renders_inside_the_budget():
 
 
 @pytest.mark.parametrize("model_id", corpus.TEMPLATE_MODELS)
-def test_oracle_reads_the_template_llamacpp_reads(model_id):
+def test_oracle_reads_the_template_llamacpp_reads(specgate, model_id):
     """The template the oracle loads is byte-identical to the GGUF template whose
     sha256 the template-identity snapshot recorded (read there through llama.cpp)."""
-    from specgate.plugin import snapshot_cases
-
-    recorded = snapshot_cases(get_model(model_id), "template")["template-identity"]
+    recorded = specgate.snapshot_cases(model_ref(model_id), "template")["template-identity"]
     assert model_template(model_id).sha256 == recorded["gguf_template_sha256"]

@@ -31,7 +31,7 @@ from oracle import template as tpl
 from oracle.gguf import open_gguf
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
 from specgate import corpus
-from specgate.plugin import get_model
+from specgate.models import model_ref
 from tests.oracle import hostile_probe
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
@@ -200,7 +200,7 @@ def test_real_templates_are_far_inside_the_source_bounds(model_id):
     """Each published template passes the source checks with every bound divided by its margin."""
     from oracle.template_bounds import check_template_source, check_tree_depth
 
-    model = get_model(model_id)
+    model = model_ref(model_id)
     source = tpl.chat_template_for(
         open_gguf(model.gguf, header_only=True).metadata, model.tokenizer_config
     ).source

@@ -29,7 +29,7 @@ from impl.protocol import Unsupported
 from specgate import corpus
 from specgate import models as model_cache
 from specgate.gate import text_diff
-from specgate.plugin import get_model
+from specgate.models import model_ref
 from tests.hypothesis_budget import examples
 
 pytestmark = pytest.mark.live
@@ -108,7 +108,7 @@ MODELS = [m for m in corpus.TEMPLATE_MODELS if m in model_cache.cached_models()]
 def engines(reference):
     if not MODELS:
         pytest.skip("no model with a chat template is cached (specgate models fetch)")
-    return [get_model(m) for m in MODELS], OracleEngine(), reference("hf")
+    return [model_ref(m) for m in MODELS], OracleEngine(), reference("hf")
 
 
 def outcome(engine, model, messages, gen, kwargs):

@@ -18,7 +18,7 @@ from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.pretokenize import QWEN2, QWEN35, split
 from oracle.tokenizer import Tokenizer, TokenizerError, Utf8Stream
 from specgate.derive import byte_alphabet
-from specgate.plugin import get_model
+from specgate.models import model_ref
 
 R1 = "deepseek-r1-distill-qwen-7b-vocab"
 R1_PROMPT = "<｜User｜>What is 2+2?<｜Assistant｜><think>\n"
@@ -71,7 +71,7 @@ def tokenizer(tmp_path: Path, **kwargs) -> Tokenizer:
 
 def cached(model_id: str):
     try:
-        return get_model(model_id)
+        return model_ref(model_id)
     except Exception as exc:
         pytest.skip(f"{model_id} not in the cache: {exc}")
 

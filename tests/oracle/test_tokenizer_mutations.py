@@ -30,7 +30,7 @@ from oracle.special import SpecialScanner
 from oracle.tokenizer import Tokenizer
 from specgate.derive import write_vocab_only, writer_value
 from specgate.gates import test_tokenizer as gate
-from specgate.plugin import get_model, snapshot_cases
+from specgate.models import model_ref
 
 GATE_FAILED = pytest.fail.Exception
 
@@ -47,36 +47,40 @@ def engine(monkeypatch):
     return fresh(monkeypatch)
 
 
-def cached(model_id: str):
+def cached(specgate, model_id: str):
     try:
-        model = get_model(model_id)
+        model = model_ref(model_id)
     except Exception as exc:
         pytest.skip(f"{model_id} not in the cache: {exc}")
-    snapshot_cases(model, "encode")
+    specgate.snapshot_cases(model, "encode")
     return model
 
 
-def test_dropping_the_trailing_space_arm_fails_split(engine, monkeypatch):
-    model, case = cached("qwen3-vocab"), "ws-runs-2-5"
-    gate.test_split(engine, model, model.id, case, snapshot_cases(model, "split")[case])
+def test_dropping_the_trailing_space_arm_fails_split(specgate, engine, monkeypatch):
+    model, case = cached(specgate, "qwen3-vocab"), "ws-runs-2-5"
+    gate.test_split(engine, model, model.id, case, specgate.snapshot_cases(model, "split")[case])
     monkeypatch.setattr(
         pretokenize, "ARMS", tuple(a for a in pretokenize.ARMS if a is not pretokenize.trailing_space)
     )
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[split\] model {model.id}, case {case}: pieces differ"):
-        gate.test_split(engine, model, model.id, case, snapshot_cases(model, "split")[case])
+        gate.test_split(engine, model, model.id, case, specgate.snapshot_cases(model, "split")[case])
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case}/plain"):
         gate.test_encode(
-            engine, model, model.id, f"{case}/plain", snapshot_cases(model, "encode")[f"{case}/plain"]
+            engine,
+            model,
+            model.id,
+            f"{case}/plain",
+            specgate.snapshot_cases(model, "encode")[f"{case}/plain"],
         )
 
 
-def test_whole_piece_shortcut_fails_encode(engine, monkeypatch):
+def test_whole_piece_shortcut_fails_encode(specgate, engine, monkeypatch):
     # Only the Qwen3.6 vocabulary holds entries no merge produces. tiktoken, its native tokenizer, looks a
     # whole piece up before merging, so the snapshot records this case as a reference disagreement (tiktoken
     # vs llama.cpp) and the parity gate reports it as such; the encode comparison against llama.cpp's
     # recorded ids — the GGUF pipeline specgate gates — is what the shortcut breaks.
-    model, case_id = cached("qwen3.6-vocab"), "vocab-unreachable-entries/plain"
-    recorded = snapshot_cases(model, "encode")[case_id]
+    model, case_id = cached(specgate, "qwen3.6-vocab"), "vocab-unreachable-entries/plain"
+    recorded = specgate.snapshot_cases(model, "encode")[case_id]
     case = {key: recorded[key] for key in ("text", "parse_special", "ids")}
     gate.test_encode(engine, model, model.id, case_id, case)
     merged = Tokenizer.encode_piece
@@ -93,9 +97,9 @@ def test_whole_piece_shortcut_fails_encode(engine, monkeypatch):
         gate.test_encode(engine, model, model.id, case_id, case)
 
 
-def test_latest_special_first_fails_encode(engine, monkeypatch):
-    model, case = cached("qwen2.5-coder-0.5b-instruct"), "special-chatml/special"
-    gate.test_encode(engine, model, model.id, case, snapshot_cases(model, "encode")[case])
+def test_latest_special_first_fails_encode(specgate, engine, monkeypatch):
+    model, case = cached(specgate, "qwen2.5-coder-0.5b-instruct"), "special-chatml/special"
+    gate.test_encode(engine, model, model.id, case, specgate.snapshot_cases(model, "encode")[case])
 
     def find_latest(self: SpecialScanner, text: str, start: int) -> tuple[int, str] | None:
         best = None
@@ -114,7 +118,7 @@ def test_latest_special_first_fails_encode(engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case} .*first divergence at index 0"
     ):
-        gate.test_encode(engine, model, model.id, case, snapshot_cases(model, "encode")[case])
+        gate.test_encode(engine, model, model.id, case, specgate.snapshot_cases(model, "encode")[case])
 
 
 def vocabulary_without(source: Path, token: str, out: Path) -> Path:
@@ -130,8 +134,8 @@ def vocabulary_without(source: Path, token: str, out: Path) -> Path:
 
 
 @pytest.mark.live
-def test_id_zero_for_unknown_piece_fails_encode(engine, monkeypatch, reference, tmp_path):
-    base = cached("qwen3-vocab")
+def test_id_zero_for_unknown_piece_fails_encode(specgate, engine, monkeypatch, reference, tmp_path):
+    base = cached(specgate, "qwen3-vocab")
     path = vocabulary_without(base.gguf, "the", tmp_path / "qwen3-vocab-without-the.gguf")
     model = type(base)(id="qwen3-vocab-without-the", gguf=path, sha256="-", role="vocab-only")
     text, case_id = "the cat", "the-cat/plain"
@@ -145,12 +149,12 @@ def test_id_zero_for_unknown_piece_fails_encode(engine, monkeypatch, reference, 
         gate.test_encode(engine, model, model.id, case_id, case)
 
 
-def test_lossy_decode_fails_decode(engine, monkeypatch):
+def test_lossy_decode_fails_decode(specgate, engine, monkeypatch):
     # A decoder that goes through str (as a per-token from_utf8_lossy would) loses the bytes of a token
     # that ends inside a character; the decode snapshot holds such single-token cases.
-    model = cached("qwen2.5-coder-0.5b-instruct")
-    case = next(c for c in snapshot_cases(model, "decode") if c.startswith("token-"))
-    gate.test_decode(engine, model, model.id, case, snapshot_cases(model, "decode")[case])
+    model = cached(specgate, "qwen2.5-coder-0.5b-instruct")
+    case = next(c for c in specgate.snapshot_cases(model, "decode") if c.startswith("token-"))
+    gate.test_decode(engine, model, model.id, case, specgate.snapshot_cases(model, "decode")[case])
     exact = Tokenizer.decode_bytes
     engine = fresh(monkeypatch)
     monkeypatch.setattr(
@@ -159,4 +163,4 @@ def test_lossy_decode_fails_decode(engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[decode\] model {model.id}, case {case}: bytes differ .* at byte \d"
     ):
-        gate.test_decode(engine, model, model.id, case, snapshot_cases(model, "decode")[case])
+        gate.test_decode(engine, model, model.id, case, specgate.snapshot_cases(model, "decode")[case])

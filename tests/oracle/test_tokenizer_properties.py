@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from impl.text.engines import RegexSplitter
 from oracle.tokenizer import Tokenizer
-from specgate.plugin import get_model
+from specgate.models import model_ref
 from tests.hypothesis_budget import examples
 
 WORDS = [
@@ -91,7 +91,7 @@ _tokenizers: dict[str, Tokenizer] = {}
 def oracle(model_id: str) -> Tokenizer:
     if model_id not in _tokenizers:
         try:
-            ref = get_model(model_id)
+            ref = model_ref(model_id)
         except Exception as exc:
             pytest.skip(f"{model_id} not in the cache: {exc}")
         _tokenizers[model_id] = Tokenizer.from_gguf(ref.gguf)
@@ -119,7 +119,7 @@ def test_round_trip(model_id, text):
 def test_pieces_tile_and_match_regex(model_id, text):
     pieces = oracle(model_id).split(text)
     assert "".join(pieces) == text
-    assert pieces == RegexSplitter().split(get_model(model_id), text)
+    assert pieces == RegexSplitter().split(model_ref(model_id), text)
 
 
 @pytest.mark.parametrize("model_id", VOCABS)
@@ -147,7 +147,7 @@ def test_specials_are_single_ids(model_id, before, after, data):
 @given(text=texts)
 def test_oracle_llamacpp_hf_agree_on_nfc_text(reference, text):
     text = unicodedata.normalize("NFC", text)
-    model = get_model("qwen3-vocab")
+    model = model_ref("qwen3-vocab")
     llama, hf = reference("llamacpp"), reference("hf")
     for parse_special in (False, True):
         ids = oracle(model.id).encode(text, parse_special)
@@ -164,7 +164,7 @@ def test_oracle_llamacpp_hf_agree_on_nfc_text(reference, text):
 @examples(ci=1000)
 @given(text=texts)
 def test_oracle_llamacpp_tiktoken_agree(reference, text):
-    model = get_model("qwen3.6-vocab")
+    model = model_ref("qwen3.6-vocab")
     llama, tiktoken = reference("llamacpp"), reference("tiktoken")
     for parse_special in (False, True):
         ids = oracle(model.id).encode(text, parse_special)

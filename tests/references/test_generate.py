@@ -14,7 +14,7 @@ from specgate import snapshots
 from specgate.checks import generate as generate_checks
 from specgate.gate import first_difference, first_divergence
 from specgate.models import is_known_id, load_manifest
-from specgate.plugin import has_weights as has_weights_by_id
+from specgate.selection import has_weights
 from tests.memory_profile import release_forward_weights
 
 try:
@@ -132,13 +132,13 @@ def stop_case(
     }
 
 
-def recorded_here(model_id: str) -> bool:
+def recorded_here(model_id: str, model_of) -> bool:
     """This stage's recorded models, and a user's own GGUF, when they have weights."""
     listed = model_id in CORPUS["models"] or not is_known_id(model_id)
-    return listed and has_weights_by_id(model_id, load_manifest())
+    return listed and has_weights(model_id, load_manifest(), model_of)
 
 
-@pytest.mark.applies_to.with_args(recorded_here)
+@pytest.mark.applies_to.with_args(recorded_here, models=True)
 def test_record_generate(request, reference, model_id, model):
     llama, hf = reference("llamacpp"), reference("hf")
     vocab = llama.llama(model, vocab_only=True)

@@ -13,15 +13,15 @@ import pytest
 from specgate import logit_metrics, snapshots
 from specgate.checks.logits import logits_drift
 from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
-from specgate.plugin import get_model, model_missing
+from specgate.plugin import model_missing
 from tests.live_logits import forget_logits, reference_logits
 from tests.memory_profile import release_forward_weights
 
 pytestmark = pytest.mark.live
 
 
-def test_record_logits(request, reference, forward_model_id):
-    model = get_model(forward_model_id)
+def test_record_logits(request, specgate, reference, forward_model_id):
+    model = specgate.model(forward_model_id)
     hf, llama = reference("hf"), reference("llamacpp")
     vocab = llama.llama(model, vocab_only=True)
     limit = POSITIONS["tiny" if is_tiny(model.id) else "real"]
@@ -69,7 +69,7 @@ def test_record_logits(request, reference, forward_model_id):
 
 
 @pytest.mark.slow
-def test_dequantized_loader_matches_transformers_gguf(reference):
+def test_dequantized_loader_matches_transformers_gguf(specgate, reference):
     """The tiny models' transformers reference is built by ``impl.hf.forward.load_dequantized``
     (fast); it must give the logits transformers' own GGUF loader gives on the same file."""
     from impl.hf import forward as hf_forward
@@ -79,7 +79,7 @@ def test_dequantized_loader_matches_transformers_gguf(reference):
     model_id = "tiny-qwen3-q4_k"  # qwen3 with head_dim != n_embd / n_head, K-quants and fallbacks
     if model_id not in models.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models tiny)")
-    path = get_model(model_id).gguf
+    path = specgate.model(model_id).gguf
     ids = list(range(9000, 9040))
     a = hf_forward.logits(hf_forward.load_dequantized(path), ids)
     b = hf_forward.logits(hf_forward.load_transformers_gguf(path), ids)

@@ -26,17 +26,16 @@ import pytest
 from impl.protocol import Unsupported
 from specgate import corpus, snapshots
 from specgate.models import has_chat_template, is_known_id
-from specgate.plugin import get_model
 
 
-def ships_a_template(model_id: str) -> bool:
+def ships_a_template(model_id: str, model_of) -> bool:
     """A template model, or a user's own GGUF (``--model PATH``) carrying ``tokenizer.chat_template``."""
     return model_id in corpus.TEMPLATE_MODELS or (
-        not is_known_id(model_id) and has_chat_template(get_model(model_id))
+        not is_known_id(model_id) and has_chat_template(model_of(model_id))
     )
 
 
-pytestmark = [pytest.mark.live, pytest.mark.applies_to.with_args(ships_a_template)]
+pytestmark = [pytest.mark.live, pytest.mark.applies_to.with_args(ships_a_template, models=True)]
 
 HF_WHAT = "transformers apply_chat_template(tokenize=False) with the model's own template"
 

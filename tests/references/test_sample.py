@@ -19,7 +19,7 @@ import pytest
 from specgate import snapshots
 from specgate.checks import sample as sample_checks
 from specgate.models import is_known_id, load_manifest
-from specgate.plugin import has_weights as has_weights_by_id
+from specgate.selection import has_weights
 
 try:
     import tomllib
@@ -139,13 +139,13 @@ def keeping_ties(x: np.ndarray, params: dict[str, Any], r: float) -> dict[str, A
     }
 
 
-def recorded_here(model_id: str) -> bool:
+def recorded_here(model_id: str, model_of) -> bool:
     """This stage's recorded models, and a user's own GGUF, when they have weights."""
     listed = model_id in WINDOWS["models"] or not is_known_id(model_id)
-    return listed and has_weights_by_id(model_id, load_manifest())
+    return listed and has_weights(model_id, load_manifest(), model_of)
 
 
-@pytest.mark.applies_to.with_args(recorded_here)
+@pytest.mark.applies_to.with_args(recorded_here, models=True)
 def test_record_sample(request, reference, model_id, model):
     llama = reference("llamacpp")
     if snapshots.recording(request):

@@ -20,7 +20,6 @@ from oracle.trace import all_points
 from specgate import snapshots
 from specgate.checks import trace as checks
 from specgate.corpus import TRACE_TOKENS, TRACE_TOP_COLUMNS, is_tiny, trace_prompts
-from specgate.plugin import get_model
 from tests.memory_profile import release_forward_weights
 
 pytestmark = pytest.mark.live
@@ -34,8 +33,8 @@ def record_form(values: dict[str, np.ndarray], columns: list[int], dtype: str) -
     return out
 
 
-def test_record_trace(request, reference, forward_model_id):
-    model = get_model(forward_model_id)
+def test_record_trace(request, specgate, reference, forward_model_id):
+    model = specgate.model(forward_model_id)
     hf, llama = reference("hf"), reference("llamacpp")
     vocab = llama.llama(model, vocab_only=True)
     n_tokens = TRACE_TOKENS["tiny" if is_tiny(model.id) else "real"]
@@ -83,7 +82,7 @@ def test_record_trace(request, reference, forward_model_id):
     )  # fmt: skip
 
 
-def test_traced_references_compute_what_they_compute_untraced(reference):
+def test_traced_references_compute_what_they_compute_untraced(specgate, reference):
     """Observing changes nothing: transformers' traced logits are its logits, bit for bit
     (the registered attention function is eager attention with eager's mask); llama.cpp's
     ``result_output`` through ``cb_eval`` is its logits (another context: within rounding)."""
@@ -96,7 +95,7 @@ def test_traced_references_compute_what_they_compute_untraced(reference):
             from specgate.plugin import model_missing
 
             model_missing(f"{model_id} (run: specgate models tiny)")
-        model = get_model(model_id)
+        model = specgate.model(model_id)
         traced = hf.trace(model, ids, ["result_output", "l_out-1"])
         assert np.array_equal(traced["result_output"], hf.logits(model, ids))
         from_cb = llama.trace(model, ids, ["result_output", "inp_embd"], positions=[0, 7])

@@ -1,0 +1,72 @@
+"""The end of a run: the matrix on the terminal, the findings grouped by root cause and
+shrunk (``specgate.triage``), the reports written (``specgate.report``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specgate import interrupts
+from specgate.run import crashloop, startup
+from specgate.run.session import SESSION, SpecgateSession
+from specgate.selection import selected_models, selected_stages
+
+
+def summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The parity matrix and the run's failures on the terminal, the findings grouped and
+    shrunk, the reports written."""
+    state = config.stash[SESSION]
+    if not state.records or state.setup_error:
+        return terminalreporter.write_line(f"ERROR: {state.setup_error}") if state.setup_error else None
+    from specgate import report
+
+    terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
+    terminalreporter.write_line(report.headline(state.records))
+    terminalreporter.write_line(report.matrix_text(state.records))
+    for problem in [*crashloop.notes(state.records), *state.verdict]:
+        terminalreporter.write_line(report.terminal(f"specgate: RUN FAILS — {problem}"), red=True, bold=True)
+    startup.attach_provenance(state, config, selected_models, selected_stages)
+    shrink_reproducers(state, config, terminalreporter)
+    written = report.write_reports(state, config.getoption("--report-dir"))
+    for path in written:
+        terminalreporter.write_line(f"report: {path}")
+
+
+def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalreporter: Any) -> None:
+    """Group the findings by root cause and shrink one reproducer per group against a
+    fresh engine of the same ``--impl`` (``specgate.triage``), within --shrink-budget."""
+    import time
+    from pathlib import Path
+
+    from specgate import files, report, triage
+
+    repro_dir = (
+        Path(config.getoption("--report-dir"))
+        / "repro"
+        / report.report_stem(state.report_name or state.impl, state.shard)
+    )
+    files.remove_stale(repro_dir)  # the stem's reproducers are this run's only
+    if interrupts.interrupted(config):  # after a Ctrl-C no new engine is started
+        state.groups = triage.group_records(state.records)
+        interrupts.skip_shrinking(config, state.groups)
+        return
+    start = time.monotonic()
+    state.groups = interrupts.guarded(config, state.records, lambda: triage.examine(
+        state.records,
+        state.impl,
+        repro_dir,
+        group_budget=config.getoption("--shrink-group-budget"),
+        total_budget=config.getoption("--shrink-budget"),
+        diagnose_budget=config.getoption("--diagnose-budget"),
+        worth_shrinking=crashloop.worth_shrinking,  # not a crash loop's groups: any input dies
+    ))  # fmt: skip
+    interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
+    if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
+        return
+    made = sum(g.reproducer is not None for g in state.groups)
+    named = sum(bool(g.diagnosis) for g in state.groups)
+    terminalreporter.write_line(
+        f"specgate: {len(state.groups)} root-cause groups, {named} with a diagnosed cause, {made} minimized "
+        f"reproducers ({time.monotonic() - start:.1f} s of diagnosing and shrinking)"
+    )
