@@ -17,7 +17,7 @@ from specgate import report
 from specgate.verdict import GateRecord, run_verdict
 from tests.text_snapshots import JsonFile, MarkdownFile
 
-TOK = "tests/gates/test_tokenizer.py"
+TOK = "specgate/gates/test_tokenizer.py"
 RECORDS = [
     GateRecord("encode", "qwen3-vocab", "pass", f"{TOK}::test_encode[qwen3-vocab-ascii]"),
     GateRecord("encode", "qwen3-vocab", "pass", f"{TOK}::test_encode[qwen3-vocab-cjk]"),
@@ -48,14 +48,14 @@ RECORDS = [
         "render",
         "qwen2.5-coder-0.5b-instruct",
         "refused",
-        "tests/gates/test_render.py::test_render[qwen2.5-coder-0.5b-instruct-tools]",
+        "specgate/gates/test_render.py::test_render[qwen2.5-coder-0.5b-instruct-tools]",
         "tools are not supported",
     ),
     GateRecord(
         "logits/exact",
         "tiny-qwen3-f32",
         "pass",
-        "tests/gates/test_logits.py::test_logits[tiny-qwen3-f32-hello]",
+        "specgate/gates/test_logits.py::test_logits[tiny-qwen3-f32-hello]",
         "",
         {"kl_max": 1.5e-07, "max_abs_dlogit": 0.00031, "top1_agree": 1.0},
     ),
@@ -63,7 +63,7 @@ RECORDS = [
         "logits/exact",
         "tiny-qwen3-f32",
         "error",
-        "tests/gates/test_logits.py::test_logits[tiny-qwen3-f32-long]",
+        "specgate/gates/test_logits.py::test_logits[tiny-qwen3-f32-long]",
         "EngineDied: the engine exited with status 1 while answering logits",
     ),
 ]

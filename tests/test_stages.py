@@ -17,6 +17,7 @@ from specgate.gate import NotApplicable
 from specgate.gates import test_render as render_gate
 from specgate.search.stages import QUANTIZED_GENERATE, QUANTIZED_LOGITS
 from specgate.search.stages import STAGES as SEARCH_STAGES
+from tests.gate_request import gate_request
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +40,7 @@ def test_a_construct_is_na_alike_in_the_gate_and_in_a_replay() -> None:
     case_id = next(iter(cases))
     case = cases[case_id]
     with pytest.raises(NotApplicable, match="no render_template entry point"):
-        render_gate.test_render_template(OwnTemplatesOnly(), case_id, case)
+        render_gate.test_render_template(OwnTemplatesOnly(), case_id, case, request=gate_request())
     inp = stages.STAGES["render"].case_input(case, True)
     verdict = triage.recheck("render", OwnTemplatesOnly(), OracleEngine(), model, inp)
     assert verdict.outcome == "n/a", verdict

@@ -4,9 +4,11 @@ defect)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from oracle import template as tpl
+from oracle.template_sandbox import DEFAULT_LIMITS, Limits
 from specgate import corpus
 from tests.oracle import hostile_probe
 
@@ -20,22 +22,43 @@ def hostile_problem(source: str, expect: str) -> str | None:
     and wall bounds and the memory bound are measured per template in a fresh
     interpreter (test_template_hostile_bounds.py): inside the full suite this process
     holds gigabytes of references, and one template (48_slice_huge) measured 2.6 s of
-    CPU here while it takes 0.16 s in a fresh process."""
+    CPU here while it takes 0.16 s in a fresh process.
+
+    The render time budget is wall-clock, so on a busy machine it can fire before the
+    budget a template is meant to hit (output, memory): such a refusal is judged again
+    with the time budget at ``RETRY_SECONDS`` — out of reach of a budget that works,
+    still a bound for one that does not."""
+    problem, exc = _refused(source, expect, DEFAULT_LIMITS)
+    if exc is not None and TIME_BUDGET in str(exc) and TIME_BUDGET not in expect:
+        problem, _ = _refused(source, expect, dataclasses.replace(DEFAULT_LIMITS, max_seconds=RETRY_SECONDS))
+    return problem
+
+
+TIME_BUDGET = "render time budget exceeded"
+RETRY_SECONDS = 60.0
+
+
+def _refused(source: str, expect: str, limits: Limits) -> tuple[str | None, Exception | None]:
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
-        tpl.ChatTemplate(source)  # compile + canary render: where a model's template first runs
+        tpl.ChatTemplate(
+            source, limits=limits
+        )  # compile + canary render: where a model's template first runs
     except tpl.TemplateRefusal as exc:
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        if max(cpu, elapsed) > HANG_SECONDS:
-            return f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)"
+        if cpu > HANG_SECONDS or elapsed > HANG_SECONDS + limits.max_seconds:
+            return (
+                f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)",
+                exc,
+            )
         if not hostile_probe.names_expected(str(exc), expect):
-            return f"refusal does not name {expect!r}: {exc}"
+            return f"refusal does not name {expect!r}: {exc}", exc
         if exc.line is None or f"template line {exc.line}" not in str(exc):
-            return f"refusal does not name the template line: {exc}"
-        return None
+            return f"refusal does not name the template line: {exc}", exc
+        return None, exc
     except Exception as exc:  # anything but a refusal is a crash of the renderer
-        return f"raised {type(exc).__name__} instead of a refusal: {exc}"
-    return f"NOT refused (rendered in {time.perf_counter() - start:.2f} s)"
+        return f"raised {type(exc).__name__} instead of a refusal: {exc}", None
+    return f"NOT refused (rendered in {time.perf_counter() - start:.2f} s)", None
 
 
 # Each: (template, construct the refusal must name, template line it must name).

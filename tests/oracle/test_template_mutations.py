@@ -22,6 +22,7 @@ from oracle import template_env, template_sandbox
 from specgate.corpus import constructs_model
 from specgate.gates import test_render as gate
 from specgate.models import model_ref
+from tests.gate_request import gate_request
 from tests.oracle import template_checks as checks
 
 # Only templates that are harmless when run unsandboxed (introspection, no calls
@@ -81,26 +82,42 @@ REJECTED = "27_rejected_missing_content/gen"
 def test_chatml_fallback_is_caught_by_the_render_gate(specgate, monkeypatch):
     model = model_ref(MODEL)
     gate.test_render(
-        OracleEngine(), model, MODEL, REJECTED, specgate.snapshot_cases(model, "render")[REJECTED]
+        OracleEngine(),
+        model,
+        MODEL,
+        REJECTED,
+        specgate.snapshot_cases(model, "render")[REJECTED],
+        request=gate_request(),
     )  # the real oracle refuses, as transformers does
     monkeypatch.setattr(tpl.ChatTemplate, "render", chatml_on_error())
     with pytest.raises(
         pytest.fail.Exception, match=rf"stage render, model {MODEL}, case {REJECTED}: the reference refuses"
     ):
         gate.test_render(
-            OracleEngine(), model, MODEL, REJECTED, specgate.snapshot_cases(model, "render")[REJECTED]
+            OracleEngine(),
+            model,
+            MODEL,
+            REJECTED,
+            specgate.snapshot_cases(model, "render")[REJECTED],
+            request=gate_request(),
         )
 
 
 def test_chatml_fallback_is_caught_by_the_construct_gate(specgate, monkeypatch):
     case = "51_raise_exception_message"
     gate.test_render_template(
-        OracleEngine(), case, specgate.snapshot_cases(constructs_model(), "render_template")[case]
+        OracleEngine(),
+        case,
+        specgate.snapshot_cases(constructs_model(), "render_template")[case],
+        request=gate_request(),
     )
     monkeypatch.setattr(tpl, "render_template", chatml_template_on_error())
     with pytest.raises(pytest.fail.Exception, match=rf"case {case} .*the reference refuses"):
         gate.test_render_template(
-            OracleEngine(), case, specgate.snapshot_cases(constructs_model(), "render_template")[case]
+            OracleEngine(),
+            case,
+            specgate.snapshot_cases(constructs_model(), "render_template")[case],
+            request=gate_request(),
         )
 
 
