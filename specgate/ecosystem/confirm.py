@@ -95,7 +95,10 @@ def mark(group: dict, entries: list[ConfirmedGroup], run: ConfirmRun | dict | No
     stage = group.get("stage") or signature.split(" · ", 1)[0]
     if group.get("outcome") == "reference-disagreement":
         return DISAGREE, "the references disagree with each other here: not a finding about the engine"
-    covering = [e for e in entries if e.stage == stage and e.signature in signature]
+    # A group named by its diagnosed cause still carries the message signature of its
+    # first case (``divergence_signature``): the one a confirm entry names.
+    shown = (signature, group.get("divergence_signature") or "")
+    covering = [e for e in entries if e.stage == stage and any(e.signature in s for s in shown)]
     if not covering:
         return UNCONFIRMED, "no hand reproduction through the engine's own API yet"
     if run is None:

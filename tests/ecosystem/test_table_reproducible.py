@@ -208,3 +208,23 @@ def test_marks_of_reference_disagreements_and_of_confirm_runs_that_did_not_repor
         mark({**group, "stage": "encode"}, entries, ConfirmRun("x", "ran", 0, said))[0]
         == ecosystem.UNCONFIRMED
     )
+
+
+def test_a_group_named_by_its_diagnosed_cause_is_marked_by_its_first_cases_message() -> None:
+    """A diagnosed group's signature names the cause; its first case's message signature
+    (``divergence_signature``) is the one the engine folder's confirm entry names — the
+    regenerated table once marked every diagnosed group *not confirmed* for that."""
+    from specgate.ecosystem.confirm import ConfirmRun, mark, parse
+    from specgate.ecosystem.spec import ConfirmedGroup
+
+    entries = [ConfirmedGroup("decode", "bytes differ from concatenated llama_token_to_piece", ["lone byte"])]
+    group = {
+        "stage": "decode",
+        "outcome": "fail",
+        "signature": "decode · fail · the engine decodes through a string: the bytes … become U+FFFD",
+        "divergence_signature": "decode · fail · bytes differ from concatenated llama_token_to_piece at byte N",
+    }
+    said = parse("REPRODUCES  lone byte: engine 'efbfbd'\n")
+    assert mark(group, entries, ConfirmRun("x", "ran", 0, said))[0] == ecosystem.CONFIRMED
+    other = {**group, "divergence_signature": "decode · fail · engine length differs"}
+    assert mark(other, entries, ConfirmRun("x", "ran", 0, said))[0] == ecosystem.UNCONFIRMED
