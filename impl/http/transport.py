@@ -24,11 +24,17 @@ import urllib.parse
 from typing import Any
 
 from impl.envvars import env_count, env_seconds
-from impl.protocol import EngineError
+from impl.protocol import EngineDied, EngineError
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 CHUNK = 1 << 16
 NAME = "http"  # how errors name the adapter
+
+
+#: What a request meets when the server process has ended: counted as the engine's
+#: death (``impl.protocol.EngineDied``), so a crashed server's row is cut short after a
+#: few requests instead of failing every later case with "connection refused".
+GONE = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)
 
 
 class ClientError(Exception):
@@ -74,6 +80,11 @@ class HttpClient:
             raise EngineError(
                 f"{NAME}: {where} was not answered in full within {self.timeout:g} s "
                 f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
+            ) from None
+        except GONE as exc:  # the server closed the connection unanswered or refuses new ones
+            raise EngineDied(
+                f"{NAME}: {where} failed: {exc or type(exc).__name__} (the server is gone: "
+                "it crashed or was stopped)"
             ) from None
         except (OSError, http.client.HTTPException) as exc:
             raise EngineError(f"{NAME}: {where} failed: {exc or type(exc).__name__}") from None
