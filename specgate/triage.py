@@ -113,13 +113,19 @@ class Group:
 
 
 def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list[Group]:
-    """The diagnosed causes first (``specgate.diagnose``: one group per named cause and
-    row, largest first), then the other grouped outcomes' records by signature, largest
+    """The diagnosed causes first (``specgate.diagnose``: one group per named cause of a
+    stage — the rows of several models with one cause are one group, each row's evidence
+    kept — largest first), then the other grouped outcomes' records by signature, largest
     group first (ties by signature)."""
-    diagnosed = [
-        Group(f"{d.stage} · fail · the engine {d.cause}", list(d.records), diagnosis=d.cause, evidence=d.evidence)
-        for d in diagnoses
-    ]  # fmt: skip
+    causes: dict[str, Group] = {}
+    for d in diagnoses:
+        heading = f"{d.stage} · fail · the engine {d.cause}"
+        if heading in causes:
+            causes[heading].records.extend(d.records)
+            causes[heading].evidence = f"{causes[heading].evidence}; {d.evidence}"
+        else:
+            causes[heading] = Group(heading, list(d.records), diagnosis=d.cause, evidence=d.evidence)
+    diagnosed = sorted(causes.values(), key=lambda g: -len(g.records))
     explained = {r.nodeid for g in diagnosed for r in g.records}
     groups: dict[str, list[Any]] = {}
     for record in records:

@@ -170,3 +170,26 @@ def test_a_construct_template_shrinks_by_characters():
     assert repro is not None, group.shrink_note
     assert len(repro["input"]["template"]) <= 2 < len(template), repro["input"]
     assert repro["divergence"].startswith("rendered prompt differs from the oracle")
+
+
+def test_one_cause_diagnosed_on_several_models_is_one_group() -> None:
+    """Gating three vocabularies of an engine that decodes through a string gave three
+    groups of one cause, one per model; they are one group, with every model's evidence."""
+    from types import SimpleNamespace
+
+    from specgate.verdict import GateRecord
+
+    def row(model: str, n: int, cause: str = "decodes through a string") -> SimpleNamespace:
+        records = [GateRecord("decode", model, "fail", f"t[{model}/{i}]", "bytes differ") for i in range(n)]
+        return SimpleNamespace(
+            stage="decode", cause=cause, records=records, evidence=f"{n} of {n} on {model}"
+        )
+
+    diagnoses = [row("a", 3), row("b", 5), row("c", 2), row("c", 1, cause="adds a BOS")]
+    groups = triage.group_records([r for d in diagnoses for r in d.records], diagnoses)
+    assert [(g.diagnosis, len(g.records)) for g in groups] == [
+        ("decodes through a string", 10),
+        ("adds a BOS", 1),
+    ]
+    assert groups[0].evidence == "3 of 3 on a; 5 of 5 on b; 2 of 2 on c"
+    assert sorted({r.model for r in groups[0].records}) == ["a", "b", "c"]
