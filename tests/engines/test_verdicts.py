@@ -83,7 +83,9 @@ def test_a_quantized_engine_claiming_exact_fails_the_exact_rows(tmp_path: Path) 
         "-k",
         "not long_code_512",
         "--shrink-budget",
-        "0",  # the forwards counted are the gates'; shrinking a reproducer would add its own
+        "0",  # the forwards counted are the gates'; shrinking a reproducer would add its own,
+        "--diagnose-budget",
+        "0",  # and so would diagnosing the failing rows (the engine is asked again)
         env={"SPECGATE_LOGITS_LOG": str(tmp_path / "forwards.log")},
     )
     assert run.status == 1, run.output[-3000:]
