@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from impl.process.server import serve
+from impl.registry import resolve
 from oracle import decode_loop, sampler
 
 
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in filter(None, args.defects.split(",")):
         DEFECTS[name]()
-    return serve("oracle")
+    return serve(resolve("oracle"))
 
 
 if __name__ == "__main__":
