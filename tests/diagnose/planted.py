@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,3 +29,10 @@ def diagnosed(
     assert run.status == 1, run.output[-3000:]
     diagnoses = {g["diagnosis"] for g in run.report["groups"] if g.get("diagnosis")}
     return run, {name for name, cause in causes.items() if any(cause in d for d in diagnoses)}
+
+
+def explained(evidence: str) -> int:
+    """How many cases a diagnosed group's evidence says the deviated reference explains:
+    one ``k of n failing …`` per row (a cause seen on several rows is one group, its rows'
+    evidence joined)."""
+    return sum(int(k) for k in re.findall(r"(?:^|; )(\d+) of \d+ failing ", evidence))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose.tokenizer import CATALOGUE
-from tests.diagnose.planted import diagnosed
+from tests.diagnose.planted import diagnosed, explained
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
 MODEL = "qwen3-vocab"
@@ -59,4 +59,4 @@ def test_a_planted_bug_is_diagnosed_by_name(
                 g["evidence"].split(" of ")[0].isdigit()
                 and " equal the GGUF pipeline's answer" in g["evidence"]
             )
-            assert g["count"] == int(g["evidence"].split(" of ")[0])
+            assert g["count"] == explained(g["evidence"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose.render import CATALOGUE
-from tests.diagnose.planted import diagnosed
+from tests.diagnose.planted import diagnosed, explained
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_template.py"
 MODEL = "qwen3-vocab"
@@ -62,4 +62,4 @@ def test_a_planted_render_bug_is_diagnosed_by_name(
                 g["evidence"].split(" of ")[0].isdigit()
                 and " equal the oracle's rendering (which agrees with transformers) when it " in g["evidence"]
             )
-            assert g["count"] == int(g["evidence"].split(" of ")[0])
+            assert g["count"] == explained(g["evidence"])
