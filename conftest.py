@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from specgate.gates import release_forward_weights
-from specgate.snapshots import old_record_spelling
+from specgate.upkeep.snapshots import old_record_spelling
 from tests.memory_profile import PeakMemoryProfile
 
 pytest_plugins = ["specgate.plugin"]

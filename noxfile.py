@@ -5,7 +5,7 @@ The references are locked: every session that installs them does so with
 ``-c constraints/references.txt`` (exact versions of transformers, tokenizers,
 llama-cpp-python, tiktoken, regex, jinja2, gguf, numpy, torch, hypothesis,
 pytest and the dependencies that shape their behaviour) and prints the locked vs
-installed versions (``python -m specgate.lock``). ``references-latest`` is the one
+installed versions (``python -m specgate.upkeep.lock``). ``references-latest`` is the one
 session that tries the newest releases instead, to report what a bump would change.
 
 llama-cpp-python has no binary wheel on the package index this targets; it builds
@@ -77,7 +77,7 @@ def install(session: nox.Session, extras: str = "") -> None:
     if any(x in extras for x in ("references", "llamacpp", "dev")):
         args = ["--find-links", str(wheel_dir(session)), TORCH, *args]
     session.install(*args)
-    session.run("python", "-m", "specgate.lock", "--strict")
+    session.run("python", "-m", "specgate.upkeep.lock", "--strict")
 
 
 def fetch_models(session: nox.Session, tiny: bool) -> None:
@@ -272,7 +272,9 @@ def snapshots(session: nox.Session) -> None:
         *model_args(list(session.posargs)),
         success_codes=[0, 1],
     )
-    session.run("python", "-m", "specgate.snapshot_diff", str(before), root, "--gates-junit", str(junit))
+    session.run(
+        "python", "-m", "specgate.upkeep.snapshot_diff", str(before), root, "--gates-junit", str(junit)
+    )
 
 
 @nox.session
@@ -311,7 +313,7 @@ def references_latest(session: nox.Session) -> None:
         "-e",
         ".[hf,tiktoken]",
     )
-    session.run("python", "-m", "specgate.lock")
+    session.run("python", "-m", "specgate.upkeep.lock")
     fetch_models(session, tiny=True)
     report = "reports/reference-drift.md"
     session.run(
@@ -321,7 +323,7 @@ def references_latest(session: nox.Session) -> None:
         "-p",
         "no:cacheprovider",
         "-p",
-        "specgate.drift",
+        "specgate.upkeep.drift",
         "--drift-report",
         report,
         *session.posargs,

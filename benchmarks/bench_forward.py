@@ -84,7 +84,7 @@ def run_llamacpp(path: Path, prefill: list[int], n_decode: int) -> dict[str, flo
     import numpy as np
 
     from impl.llamacpp.engine import LlamaCppEngine
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     t = time.perf_counter()
     llm = LlamaCppEngine().llama(model_ref(MODEL_ID), vocab_only=False)
@@ -118,7 +118,7 @@ def main() -> int:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     path = model_ref(args.model).gguf
     if args.child:

@@ -54,7 +54,7 @@ def synthesize(out: Path, vocab_gguf: Path) -> Path:
     from gguf.constants import GGMLQuantizationType as T
 
     from oracle.gguf import open_gguf
-    from specgate.convert import copy_tokenizer
+    from specgate.supply.convert import copy_tokenizer
 
     if out.exists():
         return out
@@ -127,7 +127,7 @@ def child(path: Path, n_prefill: int, n_decode: int) -> None:
 
 
 def main() -> int:
-    from specgate.models import cache_dir, model_ref
+    from specgate.supply.models import cache_dir, model_ref
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

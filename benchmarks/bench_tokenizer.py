@@ -84,7 +84,7 @@ def main() -> None:
     from impl.llamacpp.engine import LlamaCppEngine
     from impl.text.engines import TiktokenEngine
     from oracle.tokenizer import Tokenizer
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     text = mixed_text(args.size)
     mb = len(text.encode("utf-8")) / 1e6

@@ -28,8 +28,8 @@ from impl.oracle import OracleEngine  # noqa: E402
 from impl.process.client import CmdEngine  # noqa: E402
 from oracle.trace import KINDS, all_points  # noqa: E402
 from specgate.checks import trace as checks  # noqa: E402
-from specgate.corpus import prompts  # noqa: E402
-from specgate.models import model_ref  # noqa: E402
+from specgate.supply.models import model_ref  # noqa: E402
+from specgate.upkeep.corpus import prompts  # noqa: E402
 
 
 def main(model_id: str = "qwen2.5-coder-0.5b-instruct", bug: str = "rope_base") -> None:

@@ -1,5 +1,5 @@
 """Measure ``corpus/shard_costs.json``: seconds per gate case, per stage × model, on the
-oracle — the cost table ``--shard I/N`` balances shards by (``specgate/shard.py``).
+oracle — the cost table ``--shard I/N`` balances shards by (``specgate/run/shard.py``).
 
 Run the gates once with a JUnit XML beside the parity report, then:
 
@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from specgate.shard import COSTS, gate_group
+from specgate.run.shard import COSTS, gate_group
 
 
 def junit_seconds(xml_path: Path) -> dict[str, float]:

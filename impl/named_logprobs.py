@@ -8,7 +8,7 @@ split character collide with whole ones. Spreading the mass of such candidates o
 the vocabulary would make "unnamed" read as "improbable" (``<|im_end|>`` at 0.993 became
 ~1e-6). This answer leaves it unnamed instead: the probability outside the named ids
 (``1 - Σ exp(logprob)``) is one remainder, of unknown composition, and specgate judges
-each position on the named ids alone (``specgate.logit_named``).
+each position on the named ids alone (``specgate.checks.logit_named``).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import argparse
 import signal
 import sys
 
-from specgate import models as model_cache
+from specgate.supply import models as model_cache
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -31,7 +31,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def _models(args: argparse.Namespace) -> int:
     manifest = model_cache.load_manifest()
     if args.action == "fetch":
-        from specgate.fetch import fetch
+        from specgate.supply.fetch import fetch
 
         previous = signal.signal(signal.SIGTERM, _interrupt)  # a killed fetch cleans up like Ctrl-C
         try:
@@ -45,12 +45,12 @@ def _models(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
         return 0
     if args.action == "tiny":
-        from specgate.tiny import generate_all
+        from specgate.supply.tiny import generate_all
 
         generate_all()
         return 0
     if args.action == "list":
-        from specgate.fetch import cache_state
+        from specgate.supply.fetch import cache_state
 
         corrupt = 0
         for model_id, entry in manifest.items():
@@ -75,7 +75,7 @@ def _models(args: argparse.Namespace) -> int:
 def _verify(manifest: dict[str, model_cache.ModelEntry], ids: list[str]) -> int:
     """``models verify``: hash every file of each model in full (stamps ignored, then renewed);
     one row per model; exit status 1 if any is corrupt or, when named, missing."""
-    from specgate import tiny
+    from specgate.supply import tiny
 
     known = [*manifest, *tiny.model_ids()]
     for model_id in ids:
@@ -108,7 +108,7 @@ def _export(ids: list[str], manifest: dict) -> int:
     """``models export ID DIR``: ID a manifest id, a tiny model id or a path to a GGUF."""
     from pathlib import Path
 
-    from specgate.export import export
+    from specgate.supply.export import export
 
     if len(ids) != 2:
         raise model_cache.ModelError(
@@ -135,9 +135,10 @@ def _engine(args: argparse.Namespace) -> int:
 def _repro(args: argparse.Namespace) -> int:
     """``repro FILE --impl X``: the reproducer's input re-checked on the engine against
     the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not,
-    4 for a file that is not a replayable reproducer (``specgate.reproducer``)."""
+    4 for a file that is not a replayable reproducer (``specgate.run.reproducer``)."""
     from impl.registry import UnknownImpl, resolve
-    from specgate import reproducer, text_safety, triage
+    from specgate.reports import text_safety
+    from specgate.run import reproducer, triage
 
     try:
         data = reproducer.load(args.file)
@@ -174,7 +175,9 @@ def _report(args: argparse.Namespace) -> int:
     ``report summary``: Markdown reports with their pictures embedded."""
     from pathlib import Path
 
-    from specgate import report, report_junit, report_summary
+    from specgate.reports import junit as report_junit
+    from specgate.reports import parity as report
+    from specgate.reports import summary as report_summary
 
     if args.action == "diff":
         return _report_diff(args)
@@ -202,7 +205,8 @@ def _report(args: argparse.Namespace) -> int:
 def _report_diff(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from specgate import files, report_diff
+    from specgate.reports import diff as report_diff
+    from specgate.reports import files
 
     if len(args.files) != 2:
         print("specgate: report diff takes two JSON reports: OLD NEW", file=sys.stderr)

@@ -3,15 +3,15 @@ the run verdict and the parity matrix.
 
 Loaded from the project's top-level ``conftest.py``. Gate tests carry
 ``@pytest.mark.gate("<stage>")`` and take a ``model_id`` parameter; their outcomes
-are classified by the typed outcome exceptions of ``specgate.gate`` into the
+are classified by the typed outcome exceptions of ``specgate.run.gate`` into the
 stage × model matrix printed at the end of the run and written to ``reports/`` by
-``specgate.report``. Gates of the logits and generate stages also take a
+``specgate.reports.parity``. Gates of the logits and generate stages also take a
 ``conformance_class`` parameter: their rows are ``logits/exact``,
 ``logits/quantized``, ``generate/exact`` and ``generate/quantized``.
 
 The hooks below only delegate: the options (``specgate.run.options``), the session
 and its answer cache (``specgate.run.session``), the usage check (``specgate.run.usage``),
-the selection of models, stages and cases (``specgate.selection``), the parametrization
+the selection of models, stages and cases (``specgate.run.selection``), the parametrization
 (``specgate.run.params``), the outcome classification (``specgate.run.outcome``) and the
 end of the run (``specgate.run.summary``). The stages themselves are ``specgate.stages``.
 The session lives in ``config.stash[SESSION]`` (fixture ``specgate``), nowhere else.
@@ -32,10 +32,16 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef
 from impl.registry import UnknownImpl, resolve
-from specgate import interrupts, snapshots
-from specgate import models as model_cache
-from specgate.run import outcome, params, setup_check, startup, summary, usage, wire
+from specgate.run import interrupts, outcome, params, setup_check, startup, summary, usage, wire
 from specgate.run.options import add_options, add_snapshot_dir_option, strict_mode  # noqa: F401
+from specgate.run.selection import (
+    keep_sample,
+    keep_shard,
+    keep_stages,
+    row_stage,
+    selected_models,
+    selected_stages,
+)
 from specgate.run.session import (  # noqa: F401 — the helpers tests and gates import from here
     SESSION,
     AnswerCache,
@@ -44,17 +50,11 @@ from specgate.run.session import (  # noqa: F401 — the helpers tests and gates
     model_missing,
     setup_missing,
 )
-from specgate.selection import (
-    keep_sample,
-    keep_shard,
-    keep_stages,
-    row_stage,
-    selected_models,
-    selected_stages,
-)
-from specgate.shard import chosen_shard
+from specgate.run.shard import chosen_shard
+from specgate.run.verdict import GateRecord, run_verdict  # noqa: F401
 from specgate.stages import CLASSED_STAGES, CONFORMANCE_CLASSES, GATE_STAGES  # noqa: F401
-from specgate.verdict import GateRecord, run_verdict  # noqa: F401
+from specgate.supply import models as model_cache
+from specgate.upkeep import snapshots
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -85,7 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     usage.check_usage(config)
     if config.getoption("--parity-junit") and not config.option.xmlpath:
-        from specgate.report import report_stem
+        from specgate.reports.parity import report_stem
 
         os.makedirs(config.getoption("--report-dir"), exist_ok=True)
         stem = report_stem(config.getoption("--report-name") or config.getoption("--impl"), session.shard)
@@ -121,7 +121,7 @@ def models(request: pytest.FixtureRequest) -> list[str]:
 
 @pytest.fixture
 def model(specgate: SpecgateSession, model_id: str) -> ModelRef:
-    from specgate import corpus
+    from specgate.upkeep import corpus
 
     if model_id == corpus.CONSTRUCTS_MODEL_ID:  # the construct templates' pseudo model
         return corpus.constructs_model()
@@ -135,7 +135,7 @@ def model(specgate: SpecgateSession, model_id: str) -> ModelRef:
 def case(request: pytest.FixtureRequest, specgate: SpecgateSession, model: ModelRef, case_id: str) -> Any:
     """The gate's snapshot case, inputs and reference answers together. A case the
     references disagree on is put to the engine like any other: its gate judges the
-    answer by the stage's primary reference (``specgate.judge``)."""
+    answer by the stage's primary reference (``specgate.run.judge``)."""
     gate = request.node.get_closest_marker("gate")
     return specgate.snapshot_cases(model, params.snapshot_stage(gate))[case_id]
 
@@ -164,7 +164,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
             raise EngineError(why) from None
         startup.report(state, request.config, selected_models, selected_stages)
         pytest.exit(why, returncode=1)
-    from specgate import provenance
+    from specgate.run import provenance
 
     state.engine_info = provenance.engine(spec, eng)
     yield eng

@@ -10,7 +10,7 @@ from gguf import GGUFValueType, GGUFWriter
 
 from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import GGUFFile, open_gguf
-from specgate.derive import writer_value
+from specgate.supply.derive import writer_value
 
 QWEN2_HPARAMS = {
     "block_count": 2,

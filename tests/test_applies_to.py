@@ -10,7 +10,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from impl.process import lifeline
-from specgate import corpus, models, tiny_specs
+from specgate.supply import models, tiny_specs
+from specgate.upkeep import corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLER_MODELS = (

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate import tiny
-from specgate.models import ModelError, load_manifest
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.supply import tiny
+from specgate.supply.models import ModelError, load_manifest
 from tests.test_models import HF_TOKENIZER_WHEEL, _pip_without_index
 
 MODEL = "qwen3-vocab"

@@ -1,6 +1,6 @@
-"""The engine's own answer kept per failing case (``specgate.case_answers``), bounded
+"""The engine's own answer kept per failing case (``specgate.run.case_answers``), bounded
 and windowed around the first divergence; where the divergence falls
-(``specgate.divergence_site``); and undiagnosed failures grouped by it, each group with
+(``specgate.run.divergence_site``); and undiagnosed failures grouped by it, each group with
 its own reproducer (issue 27)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate import case_answers, signatures
-from specgate import models as model_cache
-from specgate.divergence_site import site
 from specgate.plugin import model_missing
-from specgate.report_browser import group_heading
-from specgate.verdict import GateRecord
+from specgate.reports.browser import group_heading
+from specgate.run import case_answers, signatures
+from specgate.run.divergence_site import site
+from specgate.run.verdict import GateRecord
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
 ENGINES = Path(__file__).resolve().parent / "engines"

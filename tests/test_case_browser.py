@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate import report_browser, report_html
 from specgate.plugin import model_missing
-from specgate.verdict import GateRecord
+from specgate.reports import browser as report_browser
+from specgate.reports import html as report_html
+from specgate.run.verdict import GateRecord
+from specgate.supply import models as model_cache
 from tests.cdp import Chromium
 from tests.engines.parity_run import run_parity, script_impl
 from tests.test_report_html import chromium

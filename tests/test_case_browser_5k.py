@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate import report_html
 from specgate.plugin import model_missing
+from specgate.reports import html as report_html
+from specgate.supply import models as model_cache
 from tests.cdp import Chromium
 from tests.engines.parity_run import run_parity, script_impl
 from tests.test_case_browser import search, select, shown

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.snapshots import old_record_spelling
+from specgate.upkeep.snapshots import old_record_spelling
 
 ROOT = Path(__file__).resolve().parents[1]
 

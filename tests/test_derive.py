@@ -1,4 +1,4 @@
-"""The derivations of the vocab-only GGUFs (specgate/derive.py), checked against their sources
+"""The derivations of the vocab-only GGUFs (specgate/supply/derive.py), checked against their sources
 with independent readers and tokenizers: transformers / tokenizers for tokenizer.json,
 tiktoken for the rank file, llama.cpp for "does it load and tokenize like the source".
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from oracle.gguf import open_gguf
-from specgate import derive
-from specgate.models import ModelError, load_manifest, model_ref, sha256_file
 from specgate.plugin import model_missing
+from specgate.supply import derive
+from specgate.supply.models import ModelError, load_manifest, model_ref, sha256_file
 
 CONTROL, USER_DEFINED, NORMAL, UNUSED = 3, 4, 1, 5
 

@@ -10,11 +10,12 @@ import json
 import numpy as np
 import pytest
 
-from specgate import logit_metrics, snapshots
 from specgate.checks import generate as generate_checks
+from specgate.checks import logit_metrics
 from specgate.checks import logits as logits_checks
 from specgate.checks import sample as sample_checks
 from specgate.checks.logits import EXACT_MAX_ABS_TINY, QUANTIZED_TIE_MARGIN
+from specgate.upkeep import snapshots
 
 MODEL = "tiny-qwen3-f32"
 

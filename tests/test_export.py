@@ -31,12 +31,13 @@ from gguf import GGUFValueType
 from oracle.byte_level import BYTE_TO_CHAR
 from oracle.gguf import open_gguf
 from oracle.tokenizer import Tokenizer as GGUFTokenizer
-from specgate import export, snapshots
 from specgate.cli import main
-from specgate.corpus import MODES, TOKENIZER_MODELS, tokenizer_texts
-from specgate.derive import write_vocab_only
-from specgate.models import ModelError, model_ref
 from specgate.plugin import model_missing
+from specgate.supply import export
+from specgate.supply.derive import write_vocab_only
+from specgate.supply.models import ModelError, model_ref
+from specgate.upkeep import snapshots
+from specgate.upkeep.corpus import MODES, TOKENIZER_MODELS, tokenizer_texts
 
 pytestmark = pytest.mark.live  # loads the exported files in HF tokenizers / transformers
 tokenizers = pytest.importorskip("tokenizers")

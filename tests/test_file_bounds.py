@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate import files, snapshots
-from specgate import models as model_cache
-from specgate.fetch import fetch
-from specgate.models import ModelEntry, ModelError, Source
 from specgate.plugin import model_missing
+from specgate.reports import files
+from specgate.supply import models as model_cache
+from specgate.supply.fetch import fetch
+from specgate.supply.models import ModelEntry, ModelError, Source
+from specgate.upkeep import snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny-qwen2-f32"
@@ -131,7 +132,7 @@ def test_read_regular_reads_a_regular_file_and_a_symlink_to_one(tmp_path):
 def test_a_run_removes_its_stems_old_reproducers(tmp_path):
     """A run that rewrites reports/parity-oracle.* lists only its own reproducers: the
     reproducers an older run left under repro/parity-oracle/ are gone (another stem's stay)."""
-    from specgate.report import report_stem
+    from specgate.reports.parity import report_stem
 
     reports = tmp_path / "reports"
     mine = reports / "repro" / report_stem("oracle", None)

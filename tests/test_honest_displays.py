@@ -16,12 +16,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from specgate import models as model_cache
-from specgate import report, report_html, triage
 from specgate.checks import logits as logit_checks
-from specgate.logit_metrics import Comparison
+from specgate.checks.logit_metrics import Comparison
 from specgate.plugin import model_missing
-from specgate.verdict import GateRecord
+from specgate.reports import html as report_html
+from specgate.reports import parity as report
+from specgate.run import triage
+from specgate.run.verdict import GateRecord
+from specgate.supply import models as model_cache
 
 MODEL = "qwen3-vocab"
 MUTANT = Path(__file__).resolve().parent / "engines" / "mutants" / "tokenizer_no_lookahead.py"

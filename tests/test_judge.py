@@ -1,4 +1,4 @@
-"""``specgate.judge`` on recorded cases: an answer is judged by the stage's primary
+"""``specgate.run.judge`` on recorded cases: an answer is judged by the stage's primary
 reference first, then by the other references the snapshot recorded. The answers are
 the references' own recorded ones (and one no reference gave), so the expected
 outcome of each is known without the judge."""
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from specgate import snapshots
 from specgate.checks.tokenizer import check_decode, check_encode
-from specgate.judge import PRIMARY, judge
+from specgate.run.judge import PRIMARY, judge
+from specgate.upkeep import snapshots
 
 NFC_CASE = ("qwen3-vocab", "encode", "combining-acute/plain")  # HF's tokenizer.json normalizes to NFC
 EDGE_CASE = ("deepseek-r1-distill-qwen-7b-vocab", "decode", "ids-edge-n-vocab")  # HF names id n_vocab

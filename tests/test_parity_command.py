@@ -17,8 +17,8 @@ import pytest
 
 from impl.datafiles import DATA_FOLDERS, DATA_ROOT, data_root
 from impl.process import lifeline
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"
@@ -112,7 +112,8 @@ def test_the_data_is_found_in_one_place(tmp_path: Path) -> None:
     package's ``specgate/_data``. Every reader goes through ``DATA_ROOT``."""
     from impl import ops
     from impl.text import inputs
-    from specgate import corpus, shard, snapshots
+    from specgate.run import shard
+    from specgate.upkeep import corpus, snapshots
 
     checkout = tmp_path / "checkout"
     for name in DATA_FOLDERS:

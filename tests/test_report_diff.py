@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import report_diff
+from specgate.reports import diff as report_diff
 from tests.engines.parity_run import run_parity, script_impl
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate.gate import OUTCOMES
 from specgate.plugin import model_missing
+from specgate.run.gate import OUTCOMES
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
 MUTANT = Path(__file__).resolve().parent / "engines" / "mutants" / "template_swallow_chatml.py"

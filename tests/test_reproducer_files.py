@@ -2,7 +2,7 @@
 a user hands them: a file that is not a replayable reproducer is one line and exit
 status 4 (exit 1 means "still diverges"), never a traceback, a hang or a run that
 does not end; the sizes a replay costs are bounded by named limits
-(``specgate.reproducer``); a group id never leaves the corpus folder it is saved in.
+(``specgate.run.reproducer``); a group id never leaves the corpus folder it is saved in.
 Real files in ``tmp_path``, the real command line in a subprocess."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import files, reproducer
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.reports import files
+from specgate.run import reproducer
+from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"
@@ -184,7 +185,7 @@ def test_save_to_corpus_refuses_a_wrong_typed_text_and_writes_nothing(tmp_path):
 
 
 def test_a_group_id_never_leaves_the_corpus_folder(tmp_path):
-    from specgate.search.corpus import save
+    from specgate.search.corpus_saving import save
 
     corpus = tmp_path / "corpus"
     (corpus / "conversations").mkdir(parents=True)

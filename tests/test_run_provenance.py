@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from specgate import cli
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import ROOT, run_parity, script_impl
 
 VOCAB = "qwen3-vocab"

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate import snapshots, tiny_specs
 from specgate.plugin import SpecgateSession, model_missing
-from specgate.report import write_reports
-from specgate.verdict import GateRecord
+from specgate.reports.parity import write_reports
+from specgate.run.verdict import GateRecord
+from specgate.supply import models as model_cache
+from specgate.supply import tiny_specs
+from specgate.upkeep import snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
 

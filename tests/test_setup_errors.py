@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.plugin import model_missing
-from specgate.snapshots import SNAPSHOT_ROOT
+from specgate.supply import models as model_cache
+from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from impl.process import lifeline
-from specgate import cli, shard
+from specgate import cli
 from specgate.plugin import model_missing
-from specgate.report import report_stem
+from specgate.reports.parity import report_stem
+from specgate.run import shard
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"
@@ -79,7 +80,7 @@ def collected(*args: str) -> list[str]:
 
 def test_shards_partition_the_cases_and_keep_both_classes_of_a_case_together():
     model = "tiny-qwen2-f32"
-    from specgate import models
+    from specgate.supply import models
 
     if model not in models.cached_tiny_models():
         model_missing(f"{model} (run: specgate models tiny)")
@@ -106,7 +107,7 @@ def test_shards_partition_the_cases_and_keep_both_classes_of_a_case_together():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    from specgate import models
+    from specgate.supply import models
 
     if VOCAB not in models.cached_models():
         model_missing(f"{VOCAB} (run: specgate models fetch)")

@@ -1,4 +1,4 @@
-"""The regeneration report (``specgate.snapshot_diff``): two small snapshot
+"""The regeneration report (``specgate.upkeep.snapshot_diff``): two small snapshot
 directories written to disk, one with planted changes, compared and reported."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import copy
 import json
 from pathlib import Path
 
-from specgate import snapshot_diff
+from specgate.upkeep import snapshot_diff
 
 OLD = {
     "provenance": {

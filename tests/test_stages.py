@@ -12,11 +12,13 @@ import pytest
 from impl.oracle import OracleEngine
 from impl.process import lifeline
 from impl.protocol import Engine
-from specgate import corpus, snapshots, stages, triage
-from specgate.gate import NotApplicable
+from specgate import stages
 from specgate.gates import test_render as render_gate
+from specgate.run import triage
+from specgate.run.gate import NotApplicable
 from specgate.search.stages import QUANTIZED_GENERATE, QUANTIZED_LOGITS
 from specgate.search.stages import STAGES as SEARCH_STAGES
+from specgate.upkeep import corpus, snapshots
 from tests.gate_request import gate_request
 
 ROOT = Path(__file__).resolve().parents[1]

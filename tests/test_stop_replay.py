@@ -15,10 +15,10 @@ import pytest
 
 from impl.oracle import OracleEngine
 from impl.protocol import Engine
-from specgate import models as model_cache
 from specgate.gates import test_generate as gate
-from specgate.models import model_ref
 from specgate.plugin import SpecgateSession, model_missing
+from specgate.supply import models as model_cache
+from specgate.supply.models import model_ref
 
 MODEL, CASE = "tiny-qwen2-f32", "stop-straddle/code"
 

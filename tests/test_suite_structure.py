@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import corpus, snapshots
+from specgate.upkeep import corpus, snapshots
 
 GATES = sorted((Path(__file__).parents[1] / "specgate" / "gates").glob("test_*.py"))
 assert GATES, "the gate modules are specgate/gates/test_*.py"

@@ -16,9 +16,10 @@ import pytest
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES
 
-from specgate import models as model_cache
-from specgate import snapshots, tiny, tiny_quants
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.supply import tiny, tiny_quants
+from specgate.upkeep import snapshots
 
 ROOT = Path(__file__).resolve().parents[1]
 Q = tiny_quants.Q
@@ -45,7 +46,7 @@ def blocks_of(x: np.ndarray, qtype: Q) -> tuple[np.ndarray, np.ndarray]:
     return x.reshape(-1, size), packed.reshape(-1, type_size)
 
 
-# -- the bound of each type, stated from its construction (see specgate/tiny_quants.py) -----------
+# -- the bound of each type, stated from its construction (see specgate/supply/tiny_quants.py) -----------
 #
 # R = a block's (or sub-block's) range as the type encodes it. A scale stored as f16 is off by at
 # most 2^-11 relative + 2^-25 absolute when rounded to nearest (f16 keeps 11 significant bits; its
@@ -161,7 +162,7 @@ import sys
 for name in ("torch", "transformers", "llama_cpp", "safetensors"):
     sys.modules[name] = None  # importing them raises ImportError
 from pathlib import Path
-from specgate import tiny
+from specgate.supply import tiny
 vocab, out = Path(sys.argv[1]), Path(sys.argv[2])
 for model_id in sys.argv[3:]:
     tiny.generate(model_id, out / f"{model_id}.gguf", vocab)
@@ -259,9 +260,9 @@ def test_llamacpp_reads_the_blocks_as_the_oracle_does(model_id: str, reference, 
     logits agree with the oracle's (gguf-py's dequantization) within the quantized class — the
     class an engine on these files is judged in (specgate.checks.logits)."""
     from impl.oracle import OracleEngine
-    from specgate import logit_metrics
+    from specgate.checks import logit_metrics
     from specgate.checks import logits as class_bounds
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     llama = reference("llamacpp")
     if model_id not in model_cache.cached_tiny_models():

@@ -1,4 +1,4 @@
-"""Root-cause grouping and delta debugging (``specgate.triage``), on known inputs."""
+"""Root-cause grouping and delta debugging (``specgate.run.triage``), on known inputs."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import sys
 from dataclasses import dataclass
 
 from impl.oracle import OracleEngine
-from specgate import corpus, snapshots, triage
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.run import triage
+from specgate.supply import models as model_cache
+from specgate.upkeep import corpus, snapshots
 
 
 def test_ddmin_finds_the_two_elements_that_matter():
@@ -177,7 +178,7 @@ def test_one_cause_diagnosed_on_several_models_is_one_group() -> None:
     groups of one cause, one per model; they are one group, with every model's evidence."""
     from types import SimpleNamespace
 
-    from specgate.verdict import GateRecord
+    from specgate.run.verdict import GateRecord
 
     def row(model: str, n: int, cause: str = "decodes through a string") -> SimpleNamespace:
         records = [GateRecord("decode", model, "fail", f"t[{model}/{i}]", "bytes differ") for i in range(n)]

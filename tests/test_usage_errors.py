@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-# GGUF tensor name (within a block) -> transformers parameter name; specgate/convert.py
+# GGUF tensor name (within a block) -> transformers parameter name; specgate/supply/convert.py
 # reads the same table the other way round.
 GGUF_TO_HF_LAYER = {
     "attn_norm.weight": "input_layernorm.weight",

@@ -18,8 +18,8 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specgate import snapshots
-from specgate.gate import first_difference, first_divergence
+from specgate.run.gate import first_difference, first_divergence
+from specgate.upkeep import snapshots
 
 #: Logit margins at or below which an engine may legitimately pick the other token
 #: than the reference:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from impl.named_logprobs import NamedLogprobs
-from specgate import logit_metrics, logit_named
+from specgate.checks import logit_metrics, logit_named
 
 EXACT_MAX_ABS_TINY = 3e-4  # measured worst 7.4e-5 (tiny-qwen2-tied-q4_k); 1.2e-5..3.2e-5 on the others
 EXACT_MAX_ABS_REAL = 5e-3  # measured worst 1.3e-3 (qwen2.5-coder-0.5b)

@@ -10,7 +10,7 @@ An engine following older tables (Node 20, Python's ``unicodedata``, an older
 encode snapshots record such a case when they are made
 (``tests/references/test_tokenizer.py``), with the other reference's answer (HF
 tokenizers' pieces; llama.cpp's merges over the regex pieces), and the gates judge
-an answer by those (``specgate.judge``): matching neither fails. ``check_split``'s
+an answer by those (``specgate.run.judge``): matching neither fails. ``check_split``'s
 own disagreement serves triage's replays of new inputs, which have no recorded
 answers.
 """
@@ -21,10 +21,10 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specgate.gate import first_difference, first_divergence
+from specgate.run.gate import first_difference, first_divergence
 
 #: The reference that judges each stage in the gate (named in its messages); a re-check
-#: on a new input is judged by the oracle instead and says so (``specgate.triage``).
+#: on a new input is judged by the oracle instead and says so (``specgate.run.triage``).
 SPLIT_REFERENCE = "regex.findall of the tokenizer-file pattern"
 ENCODE_REFERENCE = "llama_tokenize"
 DECODE_REFERENCE = "concatenated llama_token_to_piece"

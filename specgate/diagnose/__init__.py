@@ -15,5 +15,5 @@ cases on which the deviated oracle gives exactly the engine's answer (and not th
 reference's). Rows are explained greedily, the hypothesis that explains the most
 remaining cases first, so a look-alike (NFC where the engine does NFKC) never takes
 cases the better explanation reproduces too. What no hypothesis reproduces stays
-grouped by its message signature (``specgate.triage``).
+grouped by its message signature (``specgate.run.triage``).
 """

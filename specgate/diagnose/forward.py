@@ -49,7 +49,7 @@ from impl.named_logprobs import NamedLogprobs
 from oracle import attention_blocked, rope
 from oracle.forward import Model, rms_norm, silu
 from oracle.weights import Weights
-from specgate import logit_metrics
+from specgate.checks import logit_metrics
 from specgate.checks import logits as logits_check
 from specgate.diagnose.tokenizer import Hypothesis, _h
 
@@ -364,7 +364,7 @@ def applies(stage: str, m: ModelForward, inp: Mapping[str, Any], knobs: Mapping[
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Answer:
     """The engine's logits for ``inp`` at the compared positions (an exception where it refuses)."""
-    from specgate.gate import call, not_applicable
+    from specgate.run.gate import call, not_applicable
 
     if stage.partition("/")[2] not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")

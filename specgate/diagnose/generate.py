@@ -189,8 +189,8 @@ def reference(model: Any) -> ModelStreams:
 
 def case_input(record: Any) -> dict[str, Any] | None:
     """A generate record's input, from the snapshot it was read from."""
-    from specgate import snapshots
-    from specgate.reproducer import model_for
+    from specgate.run.reproducer import model_for
+    from specgate.upkeep import snapshots
 
     case = snapshots.load(model_for(record.model), "generate").get(getattr(record, "case", ""))
     if not isinstance(case, Mapping) or "prompt" not in case:
@@ -201,6 +201,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> GenerateAnswer:
     """The engine's generation on ``inp`` (an exception where it refuses)."""
     from specgate.checks.generate import well_formed
-    from specgate.gate import call
+    from specgate.run.gate import call
 
     return GenerateAnswer.of(well_formed(call(engine, "generate", model, inp["prompt"], inp["params"])), inp)

@@ -235,7 +235,7 @@ def for_stage(stage: str) -> list[Hypothesis]:
 
 def reference(model: Any) -> ModelTemplate:
     """The oracle's template of ``model`` (none for the construct pseudo model)."""
-    from specgate import corpus
+    from specgate.upkeep import corpus
 
     if model.id == corpus.CONSTRUCTS_MODEL_ID:
         return ModelTemplate(None, {})
@@ -248,7 +248,7 @@ def reference(model: Any) -> ModelTemplate:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Any:
     """The engine's rendering of ``inp`` (an exception where it refuses)."""
-    from specgate.gate import call
+    from specgate.run.gate import call
 
     if "template" in inp:
         return call(engine, "render", inp["template"], inp["context"], method="render_template")

@@ -236,8 +236,8 @@ def reference(model: Any) -> None:
 
 def case_input(record: Any) -> dict[str, Any] | None:
     """A sample record's input, from the snapshot it was read from."""
-    from specgate import snapshots
-    from specgate.reproducer import model_for
+    from specgate.run.reproducer import model_for
+    from specgate.upkeep import snapshots
 
     case = snapshots.load(model_for(record.model), "sample").get(getattr(record, "case", ""))
     if not isinstance(case, Mapping) or "logits" not in case:
@@ -247,6 +247,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> SampleAnswer:
     """The engine's sampler result on ``inp`` (an exception where it refuses)."""
-    from specgate.gate import call
+    from specgate.run.gate import call
 
     return SampleAnswer(call(engine, "sample", logits_of(inp), inp["params"], inp["r"]), inp["r"])

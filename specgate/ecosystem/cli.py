@@ -19,7 +19,7 @@ from pathlib import Path
 from specgate.ecosystem.install import install_all
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError
 from specgate.ecosystem.table import publish, run_all
-from specgate.models import PROJECT_ROOT
+from specgate.supply.models import PROJECT_ROOT
 
 
 def positive(text: str) -> float:

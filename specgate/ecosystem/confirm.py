@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from impl.process import lifeline
 from specgate.ecosystem.install import tail
 from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path
-from specgate.models import PROJECT_ROOT
+from specgate.supply.models import PROJECT_ROOT
 
 CONFIRMED, FAILS, UNCONFIRMED = "confirmed", "confirm fails", "not confirmed"
 LINE = re.compile(r"^(REPRODUCES|REPRODUCED|GONE):?\s+(.*)$", re.M)
@@ -53,7 +53,7 @@ def run_confirm(spec: EngineSpec, timeout: float, env: dict[str, str]) -> Confir
     """Run ``spec``'s confirm script from the project root (None when it has none)."""
     if spec.confirm is None:
         return None
-    from specgate import models as model_cache
+    from specgate.supply import models as model_cache
 
     first = spec.models[0]
     try:

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from impl.process import lifeline
-from specgate import verdict
 from specgate.ecosystem.confirm import CONFIRM_FLOOR_SECONDS, ConfirmRun, mark, run_confirm
 from specgate.ecosystem.install import Install, tail
 from specgate.ecosystem.servers import RunProblem, log_tail, running_server
 from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path
-from specgate.gate import OUTCOMES
-from specgate.models import PROJECT_ROOT
+from specgate.run import verdict
+from specgate.run.gate import OUTCOMES
+from specgate.supply.models import PROJECT_ROOT
 
 
 def gate_command(

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from specgate import report
 from specgate.ecosystem.confirm import CONFIRMED, FAILS
 from specgate.ecosystem.gating import EngineRun
 from specgate.ecosystem.results import Table
-from specgate.gate import HEADINGS, OUTCOMES
-from specgate.models import PROJECT_ROOT
+from specgate.reports import parity as report
+from specgate.run.gate import HEADINGS, OUTCOMES
+from specgate.supply.models import PROJECT_ROOT
 
 #: Root-cause groups shown per engine in the table.
 TOP_CAUSES = 3
@@ -26,7 +26,7 @@ MESSAGE_CHARS = 1500
 
 def machine_paths() -> list[tuple[str, str]]:
     """(prefix, what to show instead), longest first: the project, the model cache, home."""
-    from specgate.models import cache_dir
+    from specgate.supply.models import cache_dir
 
     pairs = [(str(PROJECT_ROOT.resolve()) + os.sep, ""), (str(PROJECT_ROOT) + os.sep, "")]
     pairs.append((str(cache_dir()), "$SPECGATE_CACHE"))

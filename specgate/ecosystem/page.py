@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
-from specgate import report_html
 from specgate.ecosystem.confirm import FAILS
 from specgate.ecosystem.markdown import MESSAGE_CHARS, TOP_CAUSES, machine_line, unmachined
 from specgate.ecosystem.results import Table
-from specgate.gate import HEADINGS, OUTCOMES
+from specgate.reports import html as report_html
+from specgate.run.gate import HEADINGS, OUTCOMES
 
 
 def html(table: Table) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from impl.process import lifeline
 from specgate.ecosystem.install import tail
 from specgate.ecosystem.spec import EngineSpec, child_path
-from specgate.models import PROJECT_ROOT
+from specgate.supply.models import PROJECT_ROOT
 
 SERVER_STARTUP_SECONDS = 180.0
 
@@ -30,7 +30,7 @@ def free_port() -> int:
 def running_server(spec: EngineSpec, model_id: str, log: Path, deadline: float):
     """The engine's server for ``model_id`` on a free port, up (accepting connections)
     before the yield and stopped after; yields the port. Tied to our lifetime."""
-    from specgate import models as model_cache
+    from specgate.supply import models as model_cache
 
     port = free_port()
     gguf = str(model_cache.model_ref(model_id).gguf)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate.models import PROJECT_ROOT
+from specgate.supply.models import PROJECT_ROOT
 
 try:
     import tomllib

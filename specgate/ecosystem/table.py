@@ -13,19 +13,19 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from specgate import files
 from specgate.ecosystem import budgets
 from specgate.ecosystem.gating import EngineRun, run_engine
 from specgate.ecosystem.install import install
 from specgate.ecosystem.results import Table, machine
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError, EngineSpec, discover
-from specgate.models import PROJECT_ROOT
+from specgate.reports import files
+from specgate.supply.models import PROJECT_ROOT
 
 
 def export_tokenizers(model_ids: set[str], export_dir: Path) -> dict[str, str]:
     """``specgate models export ID DIR/ID`` for each model; returns the failures by model."""
-    from specgate import models as model_cache
-    from specgate.export import export
+    from specgate.supply import models as model_cache
+    from specgate.supply.export import export
 
     problems = {}
     for model_id in sorted(model_ids):

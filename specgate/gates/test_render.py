@@ -19,9 +19,9 @@ engine refuses, the case is ``refused``.
 
 import pytest
 
-from specgate.case_answers import keep
 from specgate.checks import render as checks
-from specgate.judge import settle
+from specgate.run.case_answers import keep
+from specgate.run.judge import settle
 
 pytestmark = pytest.mark.gate("render")
 

@@ -1,4 +1,4 @@
-"""A gate case's outcome, from the type of what its test raised (``specgate.gate``), and
+"""A gate case's outcome, from the type of what its test raised (``specgate.run.gate``), and
 its record in the session (``GateRecord``)."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 from impl.protocol import EngineError, Unsupported
-from specgate import case_answers, text_safety
-from specgate.gate import ReferenceDisagreement, Refused
+from specgate.reports import text_safety
+from specgate.run import case_answers
+from specgate.run.gate import ReferenceDisagreement, Refused
 from specgate.run.session import SpecgateSession
-from specgate.verdict import GateRecord
+from specgate.run.verdict import GateRecord
 
 
 def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None, strict: bool) -> tuple[str, str]:

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from specgate import snapshots
 from specgate.run import setup_check
+from specgate.run.selection import forward_models, selected_models
 from specgate.run.session import SESSION
-from specgate.selection import forward_models, selected_models
 from specgate.stages import CONSTRUCTS_SNAPSHOT, STAGES
+from specgate.upkeep import snapshots
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
@@ -66,7 +66,7 @@ def gate_params(config: pytest.Config, gate: pytest.Mark) -> list[Any]:
     gate's snapshot × every case in it (ids read from the snapshot; the marker's
     ``cases`` prefix, when given, picks some). The construct templates' snapshot has
     one pseudo model, gated whatever models are selected."""
-    from specgate import corpus
+    from specgate.upkeep import corpus
 
     stage, prefix = snapshot_stage(gate), gate.kwargs.get("cases", "")
     session = config.stash[SESSION]

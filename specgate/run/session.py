@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from impl.protocol import Engine, ModelRef
-from specgate import models as model_cache
-from specgate import snapshots
-from specgate.gate import NotApplicable, Refused
 from specgate.run import crashloop
-from specgate.verdict import GateRecord
+from specgate.run.gate import NotApplicable, Refused
+from specgate.run.verdict import GateRecord
+from specgate.supply import models as model_cache
+from specgate.upkeep import snapshots
 
 
 class AnswerCache:
@@ -72,7 +72,7 @@ class SpecgateSession:
     records: list[GateRecord] = field(default_factory=list)
     answers: AnswerCache = field(default_factory=AnswerCache)
     verdict: list[str] = field(default_factory=list)  # why the run fails beyond per-case failures
-    groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.triage), after the run
+    groups: list[Any] | None = None  # root-cause groups with reproducers (specgate.run.triage), after the run
     snapshot_root: Any = None  # the run's snapshot directory (``snapshots.root_of``), set at configure
     shard: tuple[int, int] | None = None  # --shard I/N: (I, N)
     report_name: str = ""  # --report-name: the report stem's source instead of the impl string
@@ -82,9 +82,11 @@ class SpecgateSession:
     setup_problems: list[str] = field(default_factory=list)  # unreadable snapshots met while parametrizing
     setup_error: str = ""  # a pytest-xdist worker's setup problem, reported by the controller
     crash_loops: crashloop.CrashLoops = field(default_factory=crashloop.CrashLoops)  # engine deaths
-    engine_info: dict[str, Any] | None = None  # the engine's self-description (specgate.provenance)
+    engine_info: dict[str, Any] | None = None  # the engine's self-description (specgate.run.provenance)
     startup_failure: str = ""  # the one-line reason the engine did not start
-    provenance: dict[str, Any] | None = None  # the reports' provenance (specgate.provenance.run), at the end
+    provenance: dict[str, Any] | None = (
+        None  # the reports' provenance (specgate.run.provenance.run), at the end
+    )
 
     def snapshot_cases(self, model: ModelRef, stage: str) -> dict[str, Any]:
         """A stage snapshot's cases, loaded and provenance-checked once per session.

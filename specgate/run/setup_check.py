@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from impl.protocol import ModelRef
-from specgate import corpus, snapshots
+from specgate.upkeep import corpus, snapshots
 
 
 def case_ids(problems: list[str], model_id: str, stage: str, root: Path) -> list[str]:

@@ -27,9 +27,9 @@ def reason(spec: str, exc: EngineError) -> str:
 
 
 def attach_provenance(state: Any, config: Any, models_of: Callable, stages_of: Callable) -> None:
-    """Give the session its report provenance (``specgate.provenance.run``); ``models_of``
+    """Give the session its report provenance (``specgate.run.provenance.run``); ``models_of``
     and ``stages_of`` give the run's selected models and stages from its config."""
-    from specgate import provenance
+    from specgate.run import provenance
 
     models, stages = models_of(config), stages_of(config)
     state.provenance = provenance.run(
@@ -44,7 +44,7 @@ def attach_provenance(state: Any, config: Any, models_of: Callable, stages_of: C
 def report(state: Any, config: Any, models_of: Callable, stages_of: Callable) -> None:
     """The reports of a run whose engine did not start (no case was gated): the verdict
     fails with the reason, the provenance says what was run. Printed like a run's."""
-    from specgate import report as reports
+    from specgate.reports import parity as reports
 
     attach_provenance(state, config, models_of, stages_of)
     terminal = config.pluginmanager.get_plugin("terminalreporter")

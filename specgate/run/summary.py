@@ -1,5 +1,5 @@
 """The end of a run: the matrix on the terminal, the findings grouped by root cause and
-shrunk (``specgate.triage``), the reports written (``specgate.report``)."""
+shrunk (``specgate.run.triage``), the reports written (``specgate.reports.parity``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from specgate import interrupts
-from specgate.run import crashloop, startup
+from specgate.run import crashloop, interrupts, startup
+from specgate.run.selection import selected_models, selected_stages
 from specgate.run.session import SESSION, SpecgateSession
-from specgate.selection import selected_models, selected_stages
 
 
 def summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -19,7 +18,7 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash[SESSION]
     if not state.records or state.setup_error:
         return terminalreporter.write_line(f"ERROR: {state.setup_error}") if state.setup_error else None
-    from specgate import report
+    from specgate.reports import parity as report
 
     terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
     terminalreporter.write_line(report.headline(state.records))
@@ -35,11 +34,13 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
 
 def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalreporter: Any) -> None:
     """Group the findings by root cause and shrink one reproducer per group against a
-    fresh engine of the same ``--impl`` (``specgate.triage``), within --shrink-budget."""
+    fresh engine of the same ``--impl`` (``specgate.run.triage``), within --shrink-budget."""
     import time
     from pathlib import Path
 
-    from specgate import files, report, triage
+    from specgate.reports import files
+    from specgate.reports import parity as report
+    from specgate.run import triage
 
     repro_dir = (
         Path(config.getoption("--report-dir"))

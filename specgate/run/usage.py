@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from impl.registry import UnknownImpl, check
-from specgate import models as model_cache
-from specgate import selection, snapshots
+from specgate.run import selection
+from specgate.run.selection import selected_models, selected_stages
 from specgate.run.session import SESSION
-from specgate.selection import selected_models, selected_stages
 from specgate.stages import CLASSED_STAGES, GATE_STAGES, known_rows
+from specgate.supply import models as model_cache
+from specgate.upkeep import snapshots
 
 
 def check_usage(config: pytest.Config) -> None:

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from typing import Any
 
-from specgate.verdict import GateRecord
+from specgate.run.verdict import GateRecord
 
 
 def send(state: Any, workeroutput: dict[str, Any]) -> None:

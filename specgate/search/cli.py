@@ -94,8 +94,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _save(paths: list[Path]) -> int:
-    from specgate import reproducer
-    from specgate.search.corpus import SaveError, save
+    from specgate.run import reproducer
+    from specgate.search.corpus_saving import SaveError, save
 
     status = 0
     for path in paths:

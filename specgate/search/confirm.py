@@ -2,7 +2,7 @@
 references of its stage before anything is reported.
 
 Per reference, the engine's and the oracle's answers are each compared with the
-reference's by the gate's own comparison (``specgate.triage.recheck`` with the
+reference's by the gate's own comparison (``specgate.run.triage.recheck`` with the
 reference in the reference's seat). Then:
 
 * every reference agrees with the oracle, none with the engine → ``engine-divergence``
@@ -146,7 +146,7 @@ def confirm(
     stage: Any, model: ModelRef | None, inp: dict[str, Any], engine: Engine, oracle: Engine, refs: References
 ) -> Confirmation:
     """The references' verdict on one diverging input (see the module docstring)."""
-    from specgate.triage import recheck
+    from specgate.run.triage import recheck
 
     judges: dict[str, str] = {}
     sides: list[tuple[bool, bool]] = []

@@ -1,4 +1,4 @@
-"""After hypothesis: triage's delta debugging (``specgate.triage.shrink``) on the
+"""After hypothesis: triage's delta debugging (``specgate.run.triage.shrink``) on the
 smallest input hypothesis found, keeping only variants that still diverge from
 the oracle with the same signature; sampler inputs are shrunk over their logit
 entries and penalty window the same way, generate inputs over their stop strings,
@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from specgate import triage
+from specgate.run import triage
 
 
 def minimize(

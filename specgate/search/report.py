@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate import files
+from specgate.reports import files
+from specgate.reports.text_safety import md_fence, md_inline
 from specgate.search import confirm as confirming
 from specgate.search.session import Finding, SearchResult
 from specgate.search.stages import size
-from specgate.text_safety import md_fence, md_inline
 
 SECTIONS = (
     (confirming.ORACLE_BUG, "ORACLE BUGS — the references agree with the engine, not with the oracle"),
@@ -29,14 +29,14 @@ SECTIONS = (
 
 
 def stem(impl: str) -> str:
-    from specgate.report import report_stem
+    from specgate.reports.parity import report_stem
 
     return "search-" + report_stem(impl).removeprefix("parity-")
 
 
 def write(result: SearchResult, out: Path) -> list[Path]:
     """Reproducers, Markdown and JSON reports; returns the report paths."""
-    from specgate.triage import REFERENCE_NOTE, Group
+    from specgate.run.triage import REFERENCE_NOTE, Group
 
     name = stem(result.impl)
     repro_dir = out / "repro" / name

@@ -1,6 +1,6 @@
 """The search loop: hypothesis generates inputs for one stage, each runs through the
 engine and the live oracle side by side (the gate's comparison,
-``specgate.triage.recheck``), and every divergence's smallest input is kept per
+``specgate.run.triage.recheck``), and every divergence's smallest input is kept per
 root cause (the triage signature).
 
 * **Rounds.** A stage's time is spent in rounds of ``EXAMPLES_PER_ROUND`` examples,
@@ -177,9 +177,9 @@ def search_stage(
     from hypothesis import seed as hypothesis_seed
     from hypothesis.database import DirectoryBasedExampleDatabase
 
+    from specgate.run.triage import recheck, signature
     from specgate.search.minimize import minimize
     from specgate.search.stages import size
-    from specgate.triage import recheck, signature
 
     run = StageRun(stage.name, model_id)
     start = clock()

@@ -91,7 +91,7 @@ def _models_for(stage: Any, models: list[str]) -> list[str]:
 
 
 def model_ref(model_id: str) -> Any:
-    from specgate import triage
+    from specgate.run import triage
 
     return triage.model_for(model_id)
 
@@ -157,8 +157,8 @@ def _settle(
 ) -> Finding:
     """Minimize one candidate, then have the references judge the minimized input
     (and, when they cannot confirm it, the input hypothesis first found)."""
+    from specgate.run.triage import recheck
     from specgate.search.minimize import minimize
-    from specgate.triage import recheck
 
     began = clock()
     budget = max(MINIMIZE_FLOOR, min(MINIMIZE_SECONDS, end - began))

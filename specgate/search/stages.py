@@ -1,6 +1,6 @@
 """The stages the search explores: for each, its input strategy, the models it runs
 on by default, the gate stage its divergences are judged and replayed as
-(``specgate.triage.recheck``), and the references that confirm them.
+(``specgate.run.triage.recheck``), and the references that confirm them.
 
 A stage's inputs are the very inputs ``specgate repro`` replays, so every
 reproducer the search writes is a regular triage reproducer.
@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from specgate import stages as gate_stages
-from specgate.search import conversations, generation, sampler, templates, texts
+from specgate.search import conversations, generation, templates, texts
+from specgate.search import sampler_inputs as sampler
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,6 @@ def size(inp: dict[str, Any]) -> int:
         return len(inp["logits"]["ids"]) + len(inp["params"].get("window", []))
     if "prompt" in inp:
         return generation.size(inp)
-    from specgate.triage import size as triage_size
+    from specgate.run.triage import size as triage_size
 
     return triage_size(inp)

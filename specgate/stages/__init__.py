@@ -1,6 +1,6 @@
 """The gate stages, each one object (``Stage``): its name, the protocol operation it
 needs, its conformance classes, its snapshot, how a recorded case becomes a replayable
-input and how an input is replayed against the oracle (``specgate.triage`` shrinks with
+input and how an input is replayed against the oracle (``specgate.run.triage`` shrinks with
 it, ``specgate repro`` and the search replay with it).
 
 ``STAGES`` is the one registry: the plugin's stage selection and usage check, the
@@ -48,7 +48,7 @@ def replay(row: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) 
     """The gate's comparison for ``row`` on a new input ``inp``, with the oracle's answer
     as the reference; a refusal, an unclaimed class and an engine error are verdicts too."""
     from impl.protocol import EngineError
-    from specgate.gate import NotApplicable, Refused
+    from specgate.run.gate import NotApplicable, Refused
 
     stage, conformance_class = stage_of(row), row.partition("/")[2]
     if stage.replay is None:

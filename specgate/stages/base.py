@@ -34,7 +34,7 @@ class Stage:
     as separate matrix rows (``<stage>/<class>``), none for a stage judged once;
     ``snapshot`` the snapshot file its cases come from (``snapshots/<model>/<snapshot>.json``);
     ``replay`` and ``case_input`` how a failing case is replayed on a new input and
-    shrunk (``specgate.triage``; None: it cannot be replayed)."""
+    shrunk (``specgate.run.triage``; None: it cannot be replayed)."""
 
     name: str
     capability: str

@@ -16,7 +16,7 @@ DRAW_MARGIN = 1e-4
 
 
 def _claimed(engine: Any, conformance_class: str) -> None:
-    from specgate.gate import not_applicable
+    from specgate.run.gate import not_applicable
 
     if conformance_class not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
@@ -29,9 +29,8 @@ def replay_logits(
     (every position recorded, top-64 as in the snapshots)."""
     import numpy as np
 
-    from specgate import logit_metrics
-    from specgate.checks import logits
-    from specgate.gate import call
+    from specgate.checks import logit_metrics, logits
+    from specgate.run.gate import call
 
     _claimed(engine, conformance_class)
     ids = list(inp["ids"])
@@ -54,7 +53,7 @@ def replay_sample(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cl
     after every step, then the draw (not compared when r lies within ``DRAW_MARGIN``
     of a cumulative boundary, where float32 and float64 sums may part)."""
     from specgate.checks import sample
-    from specgate.gate import call
+    from specgate.run.gate import call
 
     logits = sample.logits_of(inp)
     expected = oracle.sample(logits, inp["params"], inp["r"])
@@ -76,7 +75,7 @@ def replay_generate(
     as the reference: exact bytes, finish reason and id count where the streams agree,
     the engine's stop logic replayed on its own tokens where they part at a near tie."""
     from specgate.checks import generate
-    from specgate.gate import call
+    from specgate.run.gate import call
 
     _claimed(engine, conformance_class)
     ref = generate.well_formed(oracle.generate(model, inp["prompt"], {**inp["params"], "top_candidates": 2}))

@@ -12,12 +12,12 @@ import pytest
 
 from oracle.forward import Model
 from oracle.gguf import open_gguf
-from specgate import models as model_cache
-from specgate import snapshots
 from specgate.checks import logits as logits_check
 from specgate.diagnose import forward, run
-from specgate.models import model_ref
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.supply.models import model_ref
+from specgate.upkeep import snapshots
 
 #: a model per family, and the Q4_0 one the dequantization hypothesis needs
 MODELS = ("tiny-qwen2-f32", "tiny-qwen3-f32", "tiny-qwen2-tied-f32", "tiny-qwen2-q4_0")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.diagnose.forward import CATALOGUE
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "forward_bugs.py"

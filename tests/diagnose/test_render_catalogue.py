@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from specgate import corpus, models, snapshots
 from specgate.diagnose import render
+from specgate.supply import models
+from specgate.upkeep import corpus, snapshots
 
 pytestmark = pytest.mark.slow  # ~5 s of CPU, 20 s and more on the loaded machine
 

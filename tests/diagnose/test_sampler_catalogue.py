@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from oracle import sampler as oracle_sampler
-from specgate import models, snapshots
 from specgate.checks import sample as sample_checks
 from specgate.diagnose import generate, sampler
 from specgate.diagnose.generate import GenerateAnswer
 from specgate.diagnose.sampler import SampleAnswer
+from specgate.supply import models
+from specgate.upkeep import snapshots
 
 MODEL = "tiny-qwen2-f32"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose import generate, sampler
-from specgate.text_safety import md_text
+from specgate.reports.text_safety import md_text
 from tests.diagnose.planted import diagnosed
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
@@ -90,8 +90,8 @@ PLANTED_UTF8 = [
 def test_a_planted_utf8_bug_is_diagnosed_by_name_on_the_real_model(
     tmp_path: Path, defects: str, named: set[str], not_named: set[str]
 ) -> None:
-    from specgate import models as model_cache
     from specgate.plugin import model_missing
+    from specgate.supply import models as model_cache
 
     model = "qwen2.5-coder-0.5b-instruct"
     if model not in model_cache.cached_models():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from specgate import ecosystem
-from specgate.models import PROJECT_ROOT
+from specgate.supply.models import PROJECT_ROOT
 from tests.ecosystem.engines import EXITS_AT_ONCE, ORACLE, engine_folder
 
 INSTALL_STATUS = PROJECT_ROOT / "reports" / "ecosystem-install.json"

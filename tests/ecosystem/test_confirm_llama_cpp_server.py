@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
+from specgate.supply import models as model_cache
 from tests.ecosystem.engines import engine_unavailable
 
 pytestmark = pytest.mark.live  # a real server with the 0.5B model's weights (~1-3 min)

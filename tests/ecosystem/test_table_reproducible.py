@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 
 from specgate import ecosystem
-from specgate.models import PROJECT_ROOT, cache_dir
+from specgate.supply.models import PROJECT_ROOT, cache_dir
 from tests.ecosystem.engines import ORACLE, engine_folder, unavailable_engine, wrong_engine
 
 FAST = ["--max-cases", "3", "--shrink-budget", "5"]
 
 
 def slug(text: str) -> str:
-    """A path as the report stem spells it (specgate.report.report_stem)."""
+    """A path as the report stem spells it (specgate.reports.parity.report_stem)."""
     return re.sub(r"[^A-Za-z0-9-]+", "_", text).strip("_")
 
 

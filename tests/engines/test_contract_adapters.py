@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = Path(__file__).with_name("contract")

@@ -24,8 +24,8 @@ import pytest
 from impl.process.client import CmdEngine
 from impl.process.stderr_lines import MessageLines
 from impl.protocol import EngineError
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
 ENGINE = Path(__file__).resolve().parent / "crashing_engine.py"

@@ -8,9 +8,9 @@ import contextlib
 import pytest
 
 from impl.protocol import Unsupported
-from specgate import models as model_cache
-from specgate.models import model_ref
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.supply.models import model_ref
 
 transformers = pytest.importorskip("transformers")
 GGUF_ONLY_MODEL = "tiny-qwen3-f32"  # ships no tokenizer.json / tokenizer_config.json

@@ -1,5 +1,5 @@
 """Whatever an engine answers, the run ends with a report, the right outcome and
-bounded memory (``impl.bounds``, ``specgate.text_safety``; issue 25's red-team).
+bounded memory (``impl.bounds``, ``specgate.reports.text_safety``; issue 25's red-team).
 
 Each hostile engine is a real process (``hostile_engine.py`` over ``cmd:``) or a
 fake llama.cpp server on loopback; whole runs go through ``specgate/gates`` in a
@@ -25,9 +25,9 @@ import pytest
 from impl.http.engine import HttpEngine
 from impl.process.client import CmdEngine
 from impl.protocol import EngineError, ModelRef
-from specgate import models as model_cache
-from specgate import report_html
 from specgate.plugin import model_missing, setup_missing
+from specgate.reports import html as report_html
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 HOSTILE = Path(__file__).resolve().parent / "hostile_engine.py"
@@ -348,7 +348,7 @@ class LiveMarkup(HTMLParser):
 
 
 def test_inline_code_and_fences_hold_any_backticks() -> None:
-    from specgate.text_safety import md_fence, md_inline
+    from specgate.reports.text_safety import md_fence, md_inline
 
     markdown_it = pytest.importorskip("markdown_it")
     text = "a ``` b ```` c `d` <img src=x>"
@@ -419,7 +419,7 @@ console.log(JSON.stringify({stage: selects['f-stage'].value, outcome: selects['f
 
 
 def test_diffs_are_windowed_around_the_first_divergence() -> None:
-    from specgate.gate import text_diff
+    from specgate.run.gate import text_diff
 
     reference = "line\n" * 1000 + "the end\n"
     engine = reference[:-8] + "THE END\n" + "y" * (5 * MIB)

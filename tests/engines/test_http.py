@@ -27,8 +27,8 @@ from impl.named_logprobs import NamedLogprobs
 from impl.process import lifeline
 from impl.protocol import EngineError, ModelRef, Unsupported
 from oracle.utf8 import is_utf8
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 
 pytest.importorskip("llama_cpp", reason="the http tests need llama-cpp-python (extra 'llamacpp')")
 pytest.importorskip("uvicorn", reason="the http tests need the llama-cpp-python server (extra 'server')")

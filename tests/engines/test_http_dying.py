@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from impl.process import lifeline
-from specgate import models as model_cache
 from specgate.plugin import model_missing
 from specgate.run.crashloop import DEATHS_TO_CUT, NOT_ASKED
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import ROOT, run_parity
 
 MODEL = "qwen3-vocab"

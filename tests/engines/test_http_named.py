@@ -24,9 +24,9 @@ import pytest
 
 from impl.http import vocab
 from impl.named_logprobs import NamedLogprobs
-from specgate import models as model_cache
-from specgate.logit_named import compare_named
+from specgate.checks.logit_named import compare_named
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import ROOT, run_parity
 
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.plugin import model_missing
-from specgate.report import report_stem
+from specgate.reports.parity import report_stem
+from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = f"cmd:{sys.executable} tests/engines/slow_engine.py"

@@ -10,8 +10,8 @@ import os
 import pytest
 
 from impl.loaded import PerModel
-from specgate import models
 from specgate.plugin import model_missing, setup_missing
+from specgate.supply import models
 from tests.memory_profile import free_unused_memory, proportional_bytes
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from impl.process import lifeline
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
 ROOT = Path(__file__).resolve().parents[2]

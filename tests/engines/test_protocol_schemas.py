@@ -261,9 +261,9 @@ def oracle_engine() -> CmdEngine:
 def test_oracle_served_by_specgate_engine_follows_the_schemas_on_real_requests() -> None:
     """Every op the oracle answers on a real vocabulary, and the sampler on a real logit
     window, crosses the client's schema validation (a violation would raise and restart)."""
-    from specgate import models as model_cache
     from specgate.checks.sample import logits_of
     from specgate.plugin import model_missing
+    from specgate.supply import models as model_cache
 
     if "qwen3-vocab" not in model_cache.cached_models():
         model_missing("qwen3-vocab; run: specgate models fetch")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
-from specgate.models import model_ref
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.supply.models import model_ref
 from tests.engines.parity_run import run_parity, script_impl
 
 MUTANTS = Path(__file__).with_name("mutants")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import models as model_cache
 from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
 HOLES = Path(__file__).with_name("holes")

@@ -9,7 +9,7 @@ import time
 
 from oracle import template as tpl
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits
-from specgate import corpus
+from specgate.upkeep import corpus
 from tests.oracle import hostile_probe
 
 HOSTILE = corpus.hostile_templates()

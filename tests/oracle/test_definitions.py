@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from oracle import attention, attention_blocked, bpe, bpe_fast
 from oracle.byte_level import to_standin
-from specgate.corpus import tokenizer_texts
+from specgate.upkeep.corpus import tokenizer_texts
 from tests.hypothesis_budget import examples
 from tests.oracle.test_tokenizer_properties import oracle, texts
 

@@ -18,11 +18,12 @@ from oracle.dispatch import UnsupportedModel
 from oracle.forward import ContextOverflow, Model, silu
 from oracle.gguf import open_gguf
 from oracle.weights import UnsupportedTensorType
-from specgate import logit_metrics, models, tiny
+from specgate.checks import logit_metrics
 from specgate.checks.logits import exact_tolerance
-from specgate.corpus import prompts_for
-from specgate.models import model_ref
 from specgate.plugin import model_missing
+from specgate.supply import models, tiny
+from specgate.supply.models import model_ref
+from specgate.upkeep.corpus import prompts_for
 from tests.live_logits import reference_logits
 from tests.memory_profile import release_forward_weights
 
@@ -173,7 +174,7 @@ def test_vocab_only_gguf_is_refused():
 def test_unsupported_tensor_type_is_refused_by_name(tmp_path):
     """A Q2_K tensor (llama.cpp quantizes the tiny model's ffn_down to it) is refused at load."""
     pytest.importorskip("llama_cpp")
-    from specgate import convert
+    from specgate.supply import convert
 
     src = model_ref("tiny-qwen2-f32").gguf if "tiny-qwen2-f32" in models.cached_tiny_models() else None
     if src is None:

@@ -12,9 +12,10 @@ import pytest
 
 from oracle import attention, rope
 from oracle.forward import Model
-from specgate import models, snapshots
 from specgate.checks.logits import check_exact
-from specgate.models import model_ref
+from specgate.supply import models
+from specgate.supply.models import model_ref
+from specgate.upkeep import snapshots
 
 
 def interleaved_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oracle.gguf import GGUFError, open_gguf
-from specgate.models import load_manifest
+from specgate.supply.models import load_manifest
 from tests.ggufs import real_header_sample, write_gguf
 
 MANIFEST = load_manifest()
@@ -84,7 +84,7 @@ def test_dequantize_matches_gguf_py_on_every_tensor_type(gguf_py, model_id="qwen
     """One tensor of each ggml type in the real model, dequantized by both readers."""
     import gguf
 
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     path = model_ref(model_id).gguf
     ours = open_gguf(path)
@@ -102,7 +102,7 @@ def test_metadata_load_time_within_2x_of_llama_cpp(record_property):
     """Reading metadata + tensor table vs llama.cpp's vocab-only load of the same file,
     best of 3 each, interleaved in one run. Target: within 2× of llama.cpp."""
     llama_cpp = pytest.importorskip("llama_cpp")
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     path = str(model_ref("qwen2.5-coder-0.5b-instruct").gguf)
     ours, theirs = [], []
@@ -208,7 +208,7 @@ def test_missing_path_and_directory_are_clear(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_header(tmp_path_factory) -> bytes:
-    from specgate.models import model_ref
+    from specgate.supply.models import model_ref
 
     src = model_ref("qwen2.5-coder-0.5b-instruct").gguf
     return real_header_sample(src, tmp_path_factory.mktemp("hdr") / "header.gguf").read_bytes()

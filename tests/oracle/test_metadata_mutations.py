@@ -10,7 +10,7 @@ import pytest
 import oracle.dispatch as dispatch_mod
 from impl.oracle import OracleEngine
 from specgate.checks.metadata import check_field
-from specgate.models import model_ref
+from specgate.supply.models import model_ref
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
 

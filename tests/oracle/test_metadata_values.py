@@ -35,8 +35,8 @@ from oracle.forward import Model
 from oracle.gguf import GGUFError, GGUFFile, open_gguf
 from oracle.template import ChatMLFallbackNotice, TemplateRefusal, chat_template_for
 from oracle.tokenizer import Tokenizer, TokenizerError
-from specgate.models import model_ref
 from specgate.plugin import model_missing
+from specgate.supply.models import model_ref
 from tests.ggufs import TypedValue, compact_copy, typed_metadata, write_typed
 from tests.oracle.test_tokenizer import byte_tokens
 

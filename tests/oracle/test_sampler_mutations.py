@@ -15,8 +15,8 @@ from impl.oracle import OracleEngine
 from oracle import decode_loop, sampler
 from specgate.gates import test_generate as generate_gate
 from specgate.gates import test_sample as gate
-from specgate.models import model_ref
 from specgate.plugin import SpecgateSession
+from specgate.supply.models import model_ref
 from tests.oracle import test_decode_loop as stops
 
 MODEL = "qwen2.5-coder-0.5b-instruct"

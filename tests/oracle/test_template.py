@@ -16,8 +16,8 @@ import pytest
 
 from oracle import template as tpl
 from oracle.gguf import open_gguf
-from specgate import corpus
-from specgate.models import model_ref
+from specgate.supply.models import model_ref
+from specgate.upkeep import corpus
 from tests.oracle.template_checks import HOSTILE, REFUSALS, hostile_problem, refusal_problem
 
 

@@ -30,8 +30,8 @@ from jinja2.parser import Parser
 from oracle import template as tpl
 from oracle.gguf import open_gguf
 from oracle.template_sandbox import DEFAULT_LIMITS, Limits, TemplateSandbox
-from specgate import corpus
-from specgate.models import model_ref
+from specgate.supply.models import model_ref
+from specgate.upkeep import corpus
 from tests.oracle import hostile_probe
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")

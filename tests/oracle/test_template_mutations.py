@@ -19,9 +19,9 @@ import pytest
 from impl.oracle import OracleEngine
 from oracle import template as tpl
 from oracle import template_env, template_sandbox
-from specgate.corpus import constructs_model
 from specgate.gates import test_render as gate
-from specgate.models import model_ref
+from specgate.supply.models import model_ref
+from specgate.upkeep.corpus import constructs_model
 from tests.gate_request import gate_request
 from tests.oracle import template_checks as checks
 

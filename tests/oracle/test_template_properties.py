@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from impl.oracle import OracleEngine
 from impl.protocol import Unsupported
-from specgate import corpus
-from specgate import models as model_cache
-from specgate.gate import text_diff
-from specgate.models import model_ref
+from specgate.run.gate import text_diff
+from specgate.supply import models as model_cache
+from specgate.supply.models import model_ref
+from specgate.upkeep import corpus
 from tests.hypothesis_budget import examples
 
 pytestmark = pytest.mark.live

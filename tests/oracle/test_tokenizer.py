@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from oracle.byte_level import BYTE_TO_CHAR, from_standin, to_standin
 from oracle.pretokenize import QWEN2, QWEN35, split
 from oracle.tokenizer import Tokenizer, TokenizerError, Utf8Stream
-from specgate.derive import byte_alphabet
-from specgate.models import model_ref
+from specgate.supply.derive import byte_alphabet
+from specgate.supply.models import model_ref
 
 R1 = "deepseek-r1-distill-qwen-7b-vocab"
 R1_PROMPT = "<｜User｜>What is 2+2?<｜Assistant｜><think>\n"

@@ -28,9 +28,9 @@ from oracle.byte_level import to_standin
 from oracle.gguf import open_gguf
 from oracle.special import SpecialScanner
 from oracle.tokenizer import Tokenizer
-from specgate.derive import write_vocab_only, writer_value
 from specgate.gates import test_tokenizer as gate
-from specgate.models import model_ref
+from specgate.supply.derive import write_vocab_only, writer_value
+from specgate.supply.models import model_ref
 from tests.gate_request import gate_request
 
 GATE_FAILED = pytest.fail.Exception

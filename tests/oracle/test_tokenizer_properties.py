@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from impl.text.engines import RegexSplitter
 from oracle.tokenizer import Tokenizer
-from specgate.models import model_ref
+from specgate.supply.models import model_ref
 from tests.hypothesis_budget import examples
 
 WORDS = [

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from specgate import snapshots
 from specgate.checks import generate as generate_checks
-from specgate.gate import first_difference, first_divergence
-from specgate.models import is_known_id, load_manifest
-from specgate.selection import has_weights
+from specgate.run.gate import first_difference, first_divergence
+from specgate.run.selection import has_weights
+from specgate.supply.models import is_known_id, load_manifest
+from specgate.upkeep import snapshots
 from tests.memory_profile import release_forward_weights
 
 try:

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specgate import logit_metrics, snapshots
+from specgate.checks import logit_metrics
 from specgate.checks.logits import logits_drift
-from specgate.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
 from specgate.plugin import model_missing
+from specgate.upkeep import snapshots
+from specgate.upkeep.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
 from tests.live_logits import forget_logits, reference_logits
 from tests.memory_profile import release_forward_weights
 
@@ -73,7 +74,7 @@ def test_dequantized_loader_matches_transformers_gguf(specgate, reference):
     """The tiny models' transformers reference is built by ``impl.hf.forward.load_dequantized``
     (fast); it must give the logits transformers' own GGUF loader gives on the same file."""
     from impl.hf import forward as hf_forward
-    from specgate import models
+    from specgate.supply import models
 
     reference("hf")  # skips unless --live-references
     model_id = "tiny-qwen3-q4_k"  # qwen3 with head_dim != n_embd / n_head, K-quants and fallbacks

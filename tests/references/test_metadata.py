@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from specgate import snapshots
-from specgate.models import has_weights
+from specgate.supply.models import has_weights
+from specgate.upkeep import snapshots
 
 pytestmark = pytest.mark.live
 

@@ -24,8 +24,8 @@ import json
 import pytest
 
 from impl.protocol import Unsupported
-from specgate import corpus, snapshots
-from specgate.models import has_chat_template, is_known_id
+from specgate.supply.models import has_chat_template, is_known_id
+from specgate.upkeep import corpus, snapshots
 
 
 def ships_a_template(model_id: str, model_of) -> bool:

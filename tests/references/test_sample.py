@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specgate import snapshots
 from specgate.checks import sample as sample_checks
-from specgate.models import is_known_id, load_manifest
-from specgate.selection import has_weights
+from specgate.run.selection import has_weights
+from specgate.supply.models import is_known_id, load_manifest
+from specgate.upkeep import snapshots
 
 try:
     import tomllib

@@ -28,11 +28,11 @@ from impl.llamacpp import tokenizer as llamacpp_tokenizer
 from impl.protocol import Unsupported
 from impl.text.engines import RegexSplitter
 from oracle.utf8 import is_utf8
-from specgate import snapshots
 from specgate.checks.tokenizer import unicode_version_skew
-from specgate.corpus import MODES, TOKENIZER_MODELS, decode_cases, tokenizer_texts
-from specgate.gate import first_difference, first_divergence
-from specgate.models import is_known_id
+from specgate.run.gate import first_difference, first_divergence
+from specgate.supply.models import is_known_id
+from specgate.upkeep import snapshots
+from specgate.upkeep.corpus import MODES, TOKENIZER_MODELS, decode_cases, tokenizer_texts
 
 
 def has_a_vocabulary(model_id: str) -> bool:
@@ -252,7 +252,7 @@ def test_record_encode(request, reference, model_id, model):
 
 
 def composed_ids(llm: Any, parts: list[dict[str, Any]], strict: bool = True) -> list[int] | None:
-    """The ids of a decode-corpus case on this vocabulary (``specgate.corpus.decode_cases``),
+    """The ids of a decode-corpus case on this vocabulary (``specgate.upkeep.corpus.decode_cases``),
     or None when the vocabulary lacks one of its special tokens. A ``head`` that does not end
     inside a character is a corpus mistake on the manifest's vocabularies (``strict``); a
     user's own vocabulary may simply hold the whole character, and does not get the case."""

@@ -17,9 +17,9 @@ from impl.process import wire
 from oracle.dispatch import dispatch
 from oracle.gguf import open_gguf
 from oracle.trace import all_points
-from specgate import snapshots
 from specgate.checks import trace as checks
-from specgate.corpus import TRACE_TOKENS, TRACE_TOP_COLUMNS, is_tiny, trace_prompts
+from specgate.upkeep import snapshots
+from specgate.upkeep.corpus import TRACE_TOKENS, TRACE_TOP_COLUMNS, is_tiny, trace_prompts
 from tests.memory_profile import release_forward_weights
 
 pytestmark = pytest.mark.live
@@ -86,7 +86,7 @@ def test_traced_references_compute_what_they_compute_untraced(specgate, referenc
     """Observing changes nothing: transformers' traced logits are its logits, bit for bit
     (the registered attention function is eager attention with eager's mask); llama.cpp's
     ``result_output`` through ``cb_eval`` is its logits (another context: within rounding)."""
-    from specgate import models
+    from specgate.supply import models
 
     hf, llama = reference("hf"), reference("llamacpp")
     ids = [151644, 872, 198, 10234, 374, 279, 12884, 6303]

@@ -25,13 +25,13 @@ import pytest
 
 from impl.oracle import OracleEngine
 from impl.registry import resolve
-from specgate import models as model_cache
-from specgate import triage
 from specgate.plugin import model_missing, setup_missing
+from specgate.run import triage
 from specgate.search import confirm, report
 from specgate.search.run import search_stage
 from specgate.search.session import run_search
 from specgate.search.stages import DEFAULT_STAGES, STAGES, size
+from specgate.supply import models as model_cache
 
 MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants"
 #: Search budgets in clock readings, not seconds: every search here runs on ``Ticks`` (below),
@@ -306,8 +306,8 @@ def test_save_to_corpus_writes_regular_cases(tmp_path: Path) -> None:
     corpus here), in that file's own format; a decode reproducer is refused by name."""
     import shutil
 
-    from specgate.corpus import CORPUS
-    from specgate.search.corpus import SaveError, save
+    from specgate.search.corpus_saving import SaveError, save
+    from specgate.upkeep.corpus import CORPUS
 
     corpus = tmp_path / "corpus"
     shutil.copytree(CORPUS, corpus, ignore=shutil.ignore_patterns("*.toml"))

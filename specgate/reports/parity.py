@@ -1,0 +1,402 @@
+"""The compliance report: the stage × model matrix and the findings grouped by root
+cause (``specgate.run.triage``), as text, Markdown, JSON, a PNG and one self-contained
+HTML page (``specgate.reports.html``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgate.reports import browser as report_browser
+from specgate.reports import files
+from specgate.reports import html as report_html
+from specgate.reports.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
+from specgate.run import provenance, triage
+from specgate.run.gate import HEADINGS, OUTCOMES
+
+
+def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
+    """The one file stem of every report of a run of ``--impl impl``: readable (the
+    impl string with other characters folded to ``_``) and collision-free (a short
+    hash of the whole string, so ``cmd:a.py`` and ``cmd:a_py`` — or two servers on
+    other ports — never share files; a shard's reports end in ``-shard-I-of-N``).
+    No dots: nothing can cut it at a suffix."""
+    readable = re.sub(r"[^A-Za-z0-9-]+", "_", impl).strip("_")[:60] or "impl"
+    stem = f"parity-{readable}-{hashlib.sha256(impl.encode('utf-8')).hexdigest()[:8]}"
+    return stem + (f"-shard-{shard[0]}-of-{shard[1]}" if shard else "")
+
+
+def coverage(records: list[Any]) -> Counter:
+    return Counter(r.outcome for r in records)
+
+
+def headline(records: list[Any]) -> str:
+    """The run's coverage in one line: how many cases were gated and what became of them."""
+    counts = coverage(records)
+    gated = sum(counts[o] for o in ("pass", "fail", "refused", "error"))
+    return (
+        f"coverage: {gated} cases gated — {counts['pass']} passed, {counts['fail']} failed, "
+        f"{counts['refused']} refused, {counts['error']} errors; {counts['n/a']} n/a, "
+        f"{counts['reference-disagreement']} reference disagreements"
+    )
+
+
+def models_gated(records: list[Any]) -> list[str]:
+    """The models the run gated, in the order their first case ran."""
+    return list(dict.fromkeys(r.model for r in records))
+
+
+def refusal_groups(records: list[Any]) -> list[tuple[str, list[Any]]]:
+    """Refusals grouped by their message, largest group first."""
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for r in records:
+        if r.outcome == "refused":
+            groups[r.message.strip()].append(r)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
+def tally(records: list[Any]) -> dict[tuple[str, str], Counter]:
+    table: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for r in records:
+        table[(r.stage, r.model)][r.outcome] += 1
+    return dict(sorted(table.items()))
+
+
+def metrics_summary(records: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Worst value per metric per (stage, model): max for errors/divergences, min for agreement."""
+    out: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    for r in records:
+        for name, value in r.metrics.items():
+            if not isinstance(value, (int, float)):
+                continue
+            cur = out[(r.stage, r.model)].get(name)
+            worse = min if ("agree" in name or "top1" in name) else max
+            out[(r.stage, r.model)][name] = value if cur is None else worse(cur, value)
+    return dict(out)
+
+
+def matrix_text(records: list[Any]) -> str:
+    table = tally(records)
+    mets = metrics_summary(records)
+    head = f"{'stage':<18} {'model':<36} " + " ".join(f"{o:>8}" for o in HEADINGS)
+    lines = [head, "-" * len(head)]
+    for (stage, model), counts in table.items():
+        row = f"{stage:<18} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
+        if (stage, model) in mets:
+            row += "  " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets[(stage, model)].items()))
+        lines.append(row)
+    return terminal("\n".join(lines))
+
+
+def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / report_stem(
+        getattr(results, "report_name", "") or results.impl, getattr(results, "shard", None)
+    )
+    table = tally(results.records)
+    mets = metrics_summary(results.records)
+    causes = getattr(results, "groups", None) or triage.group_records(results.records)
+    verdict = run_verdict_object(results)
+    payload = {
+        "impl": results.impl,
+        "shard": getattr(results, "shard", None),
+        "provenance": getattr(results, "provenance", None),
+        "startup_failure": getattr(results, "startup_failure", "") or None,  # the engine did not start: why
+        "coverage": dict(coverage(results.records)),
+        "models": models_gated(results.records),
+        "verdict": verdict,
+        "matrix": [
+            {"stage": s, "model": m, **{o: c.get(o, 0) for o in OUTCOMES}, "metrics": mets.get((s, m), {})}
+            for (s, m), c in table.items()
+        ],
+        "groups": [g.as_dict() for g in causes],
+        "cases": [r.__dict__ for r in results.records],
+        # per case (same order): its input and the reference's answer as the case browser shows them
+        "case_details": report_browser.case_details(results.records),
+    }
+    json_path = stem.with_name(stem.name + ".json")
+    files.write_text(json_path, json.dumps(payload, indent=1, ensure_ascii=False, default=str))
+
+    md = [
+        f"# specgate parity report — {md_inline(results.impl)}",
+        "",
+        *verdict_markdown(verdict),
+        headline(results.records),
+        "",
+        f"Models gated ({len(payload['models'])}): {md_text(', '.join(payload['models']))}",
+        "",
+        *provenance.markdown(payload["provenance"] or {}),
+        "",
+        "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
+        "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
+    ]
+    for (s, m), c in table.items():
+        metric = ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets.get((s, m), {}).items()))
+        md.append(
+            f"| {md_text(s)} | {md_text(m)} | "
+            + " | ".join(str(c.get(o, 0)) for o in OUTCOMES)
+            + f" | {metric} |"
+        )
+    groups = refusal_groups(results.records)
+    if groups:
+        md += ["", "## Refusals, grouped by message", ""]
+        for message, group in groups:
+            md += [f"- **{len(group)}×** {md_text(message[:500])}"]
+            md += [f"  - {md_inline(r.nodeid)}" for r in group[:3]]
+    if causes:
+        md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
+        for number, group in enumerate(payload["groups"], 1):
+            md += group_markdown(number, group)
+    png_path = (
+        write_heatmap(table, stem.with_name(stem.name + ".png"), results.impl, list(verdict["reasons"]))
+        if table
+        else None
+    )
+    if png_path is not None:
+        md[2:2] = [f"![parity matrix]({png_path.name})", ""]
+    md_path = stem.with_name(stem.name + ".md")
+    files.write_text(md_path, "\n".join(md) + "\n")
+    html_path = stem.with_name(stem.name + ".html")
+    files.write_text(html_path, report_html.page(payload))
+    return [md_path, json_path, html_path, *([png_path] if png_path is not None else [])]
+
+
+def run_verdict_object(results: Any) -> dict[str, Any]:
+    """The run's ``verdict`` object (``specgate.run.verdict.verdict_object``): the engine not
+    starting and crash loops cut short come first among its reasons."""
+    from specgate.run.crashloop import notes
+    from specgate.run.verdict import verdict_object
+
+    before = [results.startup_failure] if getattr(results, "startup_failure", "") else []
+    return verdict_object(
+        results.records, list(getattr(results, "verdict", [])), [*before, *notes(results.records)]
+    )
+
+
+def verdict_markdown(verdict: dict[str, Any]) -> list[str]:
+    """The Markdown headline: the verdict, then every reason."""
+    if verdict["result"] == "pass":
+        return ["**Verdict: PASS**", ""]
+    n = len(verdict["reasons"])
+    return [
+        f"**Verdict: FAIL** — {n} reason{'s' if n != 1 else ''}:",
+        "",
+        *[f"- {md_text(r)}" for r in verdict["reasons"]],
+        "",
+    ]
+
+
+def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
+    """One root-cause group: its size and signature, its first three cases, its first
+    full message and its reproducer (or why there is none)."""
+    cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
+    cause = group.get("diagnosis")
+    lines = [
+        f"### {group['outcome']}: {group['stage']} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
+        "",
+        *(
+            [f"**Diagnosis:** {md_text(group['evidence'])}.  "]
+            if cause
+            else [f"signature: {md_inline(group['signature'])}  "]
+        ),
+        f"models: {md_text(', '.join(group['models']))}; first cases:",
+        *[f"- {md_inline(nodeid)}" for nodeid in group["first_cases"]],
+        "",
+        *md_fence(group["first_message"].strip()[:4000]),
+        "",
+    ]
+    repro = group["reproducer"]
+    if repro is None:
+        return [*lines, f"No reproducer: {md_text(group['shrink_note'])}" if group["shrink_note"] else "", ""]
+    shrunk = repro["shrinking"]
+    return [
+        *lines,
+        f"**Minimized reproducer** {md_inline(str(group['reproducer_file']))} (shrunk from "
+        f"{shrunk['from_size']} to {shrunk['to_size']} in {shrunk['seconds']} s; {md_text(repro['note'])})",
+        "",
+        *md_fence(json_escaped(repro["input"])[:2000], "json"),
+        "",
+        *md_fence(repro["divergence"].strip()[:2000]),
+        "",
+    ]
+
+
+class MergeError(ValueError):
+    """Shard reports that do not make one run (reported as one line)."""
+
+
+@dataclass
+class MergedRun:
+    impl: str
+    records: list[Any]
+    verdict: list[str]
+    shard: None = None  # the merged report is the whole run's
+    provenance: dict[str, Any] | None = None  # the shards' (``merged_provenance``)
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if (
+            not isinstance(payload, dict)
+            or not isinstance(payload.get("cases"), list)
+            or "impl" not in payload
+        ):
+            raise ValueError("no impl or cases")
+    except (OSError, ValueError) as exc:
+        raise MergeError(f"{path}: not a specgate JSON report ({exc})") from None
+    return payload
+
+
+def check_shards(paths: list[Path], payloads: list[dict[str, Any]]) -> None:
+    """The reports are one run's shards: one impl, and shards 1..N each exactly once
+    (or no shard at all: runs over different models joined into one report)."""
+    impls = {p["impl"] for p in payloads}
+    if len(impls) > 1:
+        raise MergeError(f"reports of different engines cannot be merged: {', '.join(sorted(impls))}")
+    shards = [tuple(p["shard"]) if p.get("shard") else None for p in payloads]
+    if all(s is None for s in shards):
+        return
+    if any(s is None for s in shards):
+        unsharded = [str(path) for path, s in zip(paths, shards, strict=True) if s is None]
+        raise MergeError(f"sharded and unsharded reports mixed: {', '.join(unsharded)} carry no shard")
+    totals = {n for _, n in shards}
+    if len(totals) > 1:
+        raise MergeError(f"reports from different shard counts: N = {', '.join(map(str, sorted(totals)))}")
+    (total,) = totals
+    seen = Counter(i for i, _ in shards)
+    twice = sorted(i for i, n in seen.items() if n > 1)
+    missing = sorted(set(range(1, total + 1)) - set(seen))
+    if twice or missing:
+        raise MergeError(
+            f"shards of {total}: "
+            + "; ".join([f"missing {missing}"] * bool(missing) + [f"given twice {twice}"] * bool(twice))
+        )
+
+
+def merge(paths: list[Path]) -> MergedRun:
+    """One run from its shards' JSON reports: their cases joined, the run verdict recomputed
+    (a stage answered only by refusals fails whichever shards its cases ran in)."""
+    from specgate.run.verdict import GateRecord, run_verdict
+
+    if not paths:
+        raise MergeError("no report to merge")
+    payloads = [_read_report(path) for path in paths]
+    check_shards(paths, payloads)
+    records, where = [], {}
+    for path, payload in zip(paths, payloads, strict=True):
+        for case in payload["cases"]:
+            if case["nodeid"] in where:
+                raise MergeError(f"case {case['nodeid']} is in both {where[case['nodeid']]} and {path}")
+            where[case["nodeid"]] = path
+            records.append(GateRecord(**case))
+    return MergedRun(
+        payloads[0]["impl"], records, run_verdict(records), None, merged_provenance(paths, payloads)
+    )
+
+
+def merged_provenance(paths: list[Path], payloads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first shard's provenance for the whole run, its models the union of the
+    shards', and each merged report's file, shard, command and date."""
+    provs = [p.get("provenance") or {} for p in payloads]
+    if not any(provs):
+        return None
+    models = [m for prov in provs for m in (prov.get("models") or [])]
+    merged = [
+        {
+            "file": path.name,
+            "shard": prov.get("shard"),
+            "command": prov.get("command"),
+            "date": prov.get("date"),
+        }
+        for path, prov in zip(paths, provs, strict=True)
+    ]
+    first = next(prov for prov in provs if prov)
+    return {**first, "models": list(dict.fromkeys(models)), "shard": None, "merged_from": merged}
+
+
+# Outcome colours: the hue says which outcome, the saturation what share of the row's cases.
+_COLOURS = {
+    "pass": (0.13, 0.55, 0.13),
+    "fail": (0.80, 0.10, 0.10),
+    "n/a": (0.45, 0.45, 0.45),
+    "refused": (0.10, 0.35, 0.80),
+    "reference-disagreement": (0.85, 0.60, 0.00),
+    "error": (0.50, 0.10, 0.60),
+}
+
+
+def verdict_line(table: dict[tuple[str, str], Counter], problems: list[str]) -> str:
+    """The run's verdict in one line (as the exit status has it: any failing case, error or
+    run-level problem fails the run)."""
+    failed = sum(c.get("fail", 0) for c in table.values())
+    errors = sum(c.get("error", 0) for c in table.values())
+    if failed or errors or problems:
+        extra = f"; {len(problems)} run problem{'s' if len(problems) != 1 else ''}" if problems else ""
+        return f"FAIL — {failed} failed, {errors} errors{extra}"
+    return "PASS"
+
+
+def write_heatmap(
+    table: dict[tuple[str, str], Counter], path: Path, impl: str, problems: list[str] = ()
+) -> Path | None:
+    """The matrix as a PNG (rows stage × model, columns outcomes, cells the counts),
+    for a CI summary page, titled with the run's verdict and date (also in the PNG's
+    text chunks ``Verdict`` and ``Date``, so a picture is never read without them). Needs the ``report`` extra (matplotlib); without it the
+    picture is skipped with a notice and the text reports are unaffected."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("specgate: matplotlib not installed (pip install 'specgate[report]'); skipping the PNG matrix")
+        return None
+    import numpy as np
+
+    rows = list(table)
+    counts = np.array([[table[r].get(o, 0) for o in OUTCOMES] for r in rows], dtype=float).reshape(
+        len(rows), len(OUTCOMES)
+    )
+    share = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    rgb = np.ones((len(rows), len(OUTCOMES), 3))
+    for j, outcome in enumerate(OUTCOMES):
+        colour = np.array(_COLOURS[outcome])
+        alpha = np.where(counts[:, j] > 0, 0.25 + 0.75 * share[:, j], 0.0)[:, None]
+        rgb[:, j] = (1 - alpha) * 1.0 + alpha * colour
+    fig, ax = plt.subplots(figsize=(2.0 + 1.3 * len(OUTCOMES), 1.2 + 0.42 * max(len(rows), 1)))
+    ax.imshow(rgb, aspect="auto")
+    ax.set_xticks(range(len(OUTCOMES)), list(HEADINGS))
+    ax.set_yticks(range(len(rows)), [f"{stage} · {model}" for stage, model in rows])
+    ax.xaxis.tick_top()
+    for i in range(len(rows)):
+        for j in range(len(OUTCOMES)):
+            if counts[i, j]:
+                ax.text(
+                    j,
+                    i,
+                    f"{int(counts[i, j])}",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="white" if share[i, j] > 0.5 else "black",
+                )
+    import datetime as _dt
+    import textwrap
+
+    verdict = verdict_line(table, list(problems))
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    title = [*textwrap.wrap(f"specgate parity — {impl}", 60), f"verdict: {verdict} · {date}"]
+    ax.set_title("\n".join(title), fontsize=10, pad=24, color="#a00" if verdict != "PASS" else "#161")
+    fig.tight_layout()
+    fig.savefig(
+        path, dpi=110, metadata={"Title": f"specgate parity — {impl}", "Verdict": verdict, "Date": date}
+    )
+    plt.close(fig)
+    return path

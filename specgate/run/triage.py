@@ -1,0 +1,465 @@
+"""Root causes, not lists: findings grouped by a normalized signature, and for each
+group one minimized reproducer.
+
+An engine with one defect often fails hundreds of cases; its author needs the
+defect once, with the smallest input that shows it. So:
+
+* **Grouping.** Every ``fail``, ``error`` and ``reference-disagreement`` record gets a
+  signature: its stage, its outcome and the first line of its message with the
+  case's own details masked (the model and case ids, quoted text, numbers,
+  parenthesized details), and where the first divergence falls when the record kept
+  its answers (``specgate.run.signatures``). Records with one signature are one group;
+  groups are ordered by size. (Refusals are grouped by their full message in the report.)
+* **Shrinking.** A group's first case that the re-check below can replay is shrunk
+  against the live engine with delta debugging (``ddmin``): over characters for
+  split/encode texts, over token ids for decode, over messages and then the
+  characters of each message's content for render conversations, over characters
+  for construct templates. A smaller input is kept only when it still diverges with
+  the same signature. Shrinking has a time budget per group and in total (checked
+  before each engine call: a call already started — one engine timeout at worst —
+  finishes).
+* **The reference while shrinking.** The recorded references only know the corpus'
+  own inputs, and the engine must never judge itself; a shrunk input is judged
+  against the oracle, a fast stand-in that agrees with the references on the whole
+  corpus (the oracle's own tests). Each reproducer says so: it *diverges from the
+  oracle*; the original case was confirmed by the references.
+
+Reproducers are JSON files in ``<report dir>/repro/<report stem>/<group>.json``;
+``specgate repro FILE --impl X`` replays one (``replay_file``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specgate import stages
+from specgate.reports import files
+from specgate.run.reproducer import ReproError, model_for  # noqa: F401
+from specgate.run.reproducer import load as load_reproducer  # noqa: F401
+from specgate.run.signatures import kind, message_signature, record_signature, signature
+
+#: The outcomes grouped by root cause (refusals are grouped by message in the report).
+GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
+#: The outcomes a reproducer is shrunk for: divergences of the engine.
+SHRUNK_OUTCOMES = ("fail", "error")
+#: The rows a re-check can replay on a new input, and those a reproducer file can hold (the
+#: differential search also writes sampler and generate reproducers): ``specgate.stages``.
+REPLAYABLE, REPLAYABLE_FILES = stages.REPLAYABLE, stages.REPLAYABLE_FILES
+#: One input judged against the oracle (``specgate.stages``).
+Verdict = stages.Verdict
+#: The pseudo model id of sampler reproducers (the sampler stage takes no model).
+SAMPLER_MODEL_ID = "sampler"
+DEFAULT_GROUP_BUDGET = 20.0  # seconds of shrinking per group
+DEFAULT_TOTAL_BUDGET = 120.0  # seconds of shrinking per run
+REFERENCE_NOTE = (
+    "This input diverges from the oracle (the fast stand-in reference used for shrinking, which agrees "
+    "with the recorded references on the whole corpus); the original case was confirmed by the references."
+)
+
+
+# ---------------------------------------------------------------------------
+# signatures and groups
+
+
+@dataclass
+class Group:
+    """One root cause: the records sharing a signature, and its reproducer if any."""
+
+    signature: str
+    records: list[Any]
+    reproducer: dict[str, Any] | None = None
+    reproducer_path: str | None = None
+    shrink_note: str = ""  # why there is no reproducer, when there is none
+    diagnosis: str = ""  # the named cause (``specgate.diagnose``), when a hypothesis reproduces the answers
+    evidence: str = ""  # how many failing cases the deviated reference reproduces
+
+    @property
+    def divergence_signature(self) -> str:
+        """What a shrunk input must still show: the group's signature, or for a diagnosed
+        group (named by its cause) the message signature of its first case."""
+        return message_signature(self.records[0])
+
+    @property
+    def id(self) -> str:
+        """A file-name-safe, stable name: the stage and a hash of the signature."""
+        stage = re.sub(r"[^A-Za-z0-9]+", "_", self.records[0].stage)
+        return f"{stage}-{hashlib.sha256(self.signature.encode('utf-8')).hexdigest()[:10]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        first = self.records[0]
+        return {
+            "id": self.id,
+            "signature": self.signature,
+            "stage": first.stage,
+            "outcome": first.outcome,
+            "count": len(self.records),
+            "models": sorted({r.model for r in self.records}),
+            "first_cases": [r.nodeid for r in self.records[:3]],
+            "first_message": first.message,
+            "reproducer_file": self.reproducer_path,
+            "reproducer": self.reproducer,
+            "shrink_note": self.shrink_note,
+            "divergence_signature": self.divergence_signature,  # what its reproducer still shows
+            "diagnosis": self.diagnosis,
+            "evidence": self.evidence,
+            "where": "" if self.diagnosis else (getattr(first, "answers", None) or {}).get("site", ""),
+        }
+
+
+def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list[Group]:
+    """The diagnosed causes first (``specgate.diagnose``: one group per named cause of a
+    stage — the rows of several models with one cause are one group, each row's evidence
+    kept — largest first), then the other grouped outcomes' records by signature, largest
+    group first (ties by signature)."""
+    causes: dict[str, Group] = {}
+    for d in diagnoses:
+        heading = f"{d.stage} · fail · the engine {d.cause}"
+        if heading in causes:
+            causes[heading].records.extend(d.records)
+            causes[heading].evidence = f"{causes[heading].evidence}; {d.evidence}"
+        else:
+            causes[heading] = Group(heading, list(d.records), diagnosis=d.cause, evidence=d.evidence)
+    diagnosed = sorted(causes.values(), key=lambda g: -len(g.records))
+    explained = {r.nodeid for g in diagnosed for r in g.records}
+    groups: dict[str, list[Any]] = {}
+    for record in records:
+        if record.outcome in GROUPED_OUTCOMES and record.nodeid not in explained:
+            groups.setdefault(record_signature(record), []).append(record)
+    by_signature = [
+        Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    ]
+    return [*diagnosed, *by_signature]
+
+
+# ---------------------------------------------------------------------------
+# delta debugging
+
+
+class OutOfTime(Exception):
+    """The shrinking budget ran out; the smallest input found so far stands."""
+
+
+def ddmin(items: Sequence[Any], still_fails: Callable[[list[Any]], bool]) -> list[Any]:
+    """Zeller's delta debugging (ddmin): a 1-minimal sublist of ``items`` for which
+    ``still_fails`` holds — removing any single remaining element makes it pass.
+
+    ``items`` itself must fail. The list is cut into ``n`` chunks (first 2): if one
+    chunk fails alone it becomes the list (n back to 2); else if the list without
+    one chunk (a complement) fails, that becomes the list (n one less); else the
+    granularity doubles, until chunks are single elements. The empty list is never
+    tried: the smallest answer is one element. Order is kept.
+
+    ``still_fails`` may raise ``OutOfTime``; ``ddmin`` then returns the smallest
+    failing list found so far (still failing, not necessarily 1-minimal).
+    """
+    current = list(items)
+    n = 2
+    try:
+        while len(current) >= 2:
+            chunks = _split(current, n)
+            for chunk in chunks:
+                if still_fails(chunk):
+                    current, n = chunk, 2
+                    break
+            else:
+                for i in range(len(chunks)):
+                    complement = [x for j, c in enumerate(chunks) if j != i for x in c]
+                    if still_fails(complement):
+                        current, n = complement, max(n - 1, 2)
+                        break
+                else:
+                    if n >= len(current):
+                        break
+                    n = min(len(current), 2 * n)
+    except OutOfTime:
+        pass
+    return current
+
+
+def _split(items: list[Any], n: int) -> list[list[Any]]:
+    """``items`` cut into ``n`` contiguous chunks of near-equal size (none empty)."""
+    size, extra = divmod(len(items), n)
+    chunks, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(items[start:end])
+        start = end
+    return [c for c in chunks if c]
+
+
+# ---------------------------------------------------------------------------
+# re-checking one input against the oracle, and the inputs of recorded cases
+
+
+def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) -> Verdict:
+    """The gate's comparison for ``stage`` on a new input ``inp``, with the oracle's
+    answer as the reference (the stage's own replay: ``specgate.stages``)."""
+    return stages.replay(stage, engine, oracle, model, inp)
+
+
+def case_input(record: Any) -> dict[str, Any] | None:
+    """The input of a recorded case, from the snapshot it was read from (every case
+    carries its inputs); None when its stage cannot be replayed."""
+    from specgate.upkeep import corpus, snapshots
+
+    stage, case_id = record.stage, getattr(record, "case", "")
+    if stage not in REPLAYABLE or not case_id:
+        return None
+    constructs = record.model == corpus.CONSTRUCTS_MODEL_ID
+    snapshot = stages.CONSTRUCTS_SNAPSHOT if constructs else stages.stage_of(stage).snapshot
+    return stages.case_input(stage, snapshots.load(model_for(record.model), snapshot)[case_id], constructs)
+
+
+def size(inp: dict[str, Any]) -> int:
+    """How big an input is, in the units it is shrunk by."""
+    if "text" in inp:
+        return len(inp["text"])
+    if "ids" in inp:
+        return len(inp["ids"])
+    if "template" in inp:
+        return len(inp["template"])
+    return len(inp["messages"]) + sum(
+        len(m.get("content") or "") for m in inp["messages"] if _text_content(m)
+    )
+
+
+def _text_content(message: Any) -> bool:
+    return isinstance(message, dict) and isinstance(message.get("content"), str)
+
+
+def shrink(inp: dict[str, Any], diverges: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """The smallest variant of ``inp`` found by ``ddmin`` for which ``diverges`` holds."""
+    if "text" in inp:
+        chars = ddmin(list(inp["text"]), lambda c: diverges({**inp, "text": "".join(c)}))
+        return {**inp, "text": "".join(chars)}
+    if "ids" in inp:
+        return {**inp, "ids": ddmin(inp["ids"], lambda ids: diverges({**inp, "ids": ids}))}
+    if "template" in inp:
+        chars = ddmin(list(inp["template"]), lambda c: diverges({**inp, "template": "".join(c)}))
+        return {**inp, "template": "".join(chars)}
+    messages = ddmin(inp["messages"], lambda ms: diverges({**inp, "messages": ms}))
+    for i in range(len(messages)):  # then the characters of each message's content
+        if _text_content(messages[i]) and messages[i]["content"]:
+            messages = _shrink_content(inp, messages, i, diverges)
+    return {**inp, "messages": messages}
+
+
+def _shrink_content(
+    inp: dict[str, Any], messages: list[Any], i: int, diverges: Callable[[dict[str, Any]], bool]
+) -> list[Any]:
+    """``messages`` with message ``i``'s content shrunk by characters."""
+
+    def with_content(chars: list[str]) -> dict[str, Any]:
+        edited = [*messages[:i], {**messages[i], "content": "".join(chars)}, *messages[i + 1 :]]
+        return {**inp, "messages": edited}
+
+    best = ddmin(list(messages[i]["content"]), lambda c: diverges(with_content(c)))
+    return with_content(best)["messages"]
+
+
+# ---------------------------------------------------------------------------
+# shrinking a run's groups
+
+
+@dataclass
+class Shrinker:
+    """Shrinks each group's first replayable case against one engine, within budgets."""
+
+    engine: Any
+    oracle: Any
+    group_budget: float = DEFAULT_GROUP_BUDGET
+    total_budget: float = DEFAULT_TOTAL_BUDGET
+    clock: Callable[[], float] = time.monotonic
+    spent: float = 0.0
+    _models: dict[str, Any] = field(default_factory=dict)
+
+    def model(self, model_id: str) -> Any:
+        if model_id not in self._models:
+            self._models[model_id] = model_for(model_id)
+        return self._models[model_id]
+
+    def reproduce(self, group: Group) -> dict[str, Any] | None:
+        """The group's reproducer (a JSON-able dict), or None with ``group.shrink_note`` saying why."""
+        if group.records[0].outcome not in SHRUNK_OUTCOMES:
+            group.shrink_note = f"{group.records[0].outcome} is not a divergence of the engine: not shrunk"
+            return None
+        remaining = self.total_budget - self.spent
+        if remaining <= 0:
+            group.shrink_note = f"the run's shrinking budget ({self.total_budget:g} s) is spent"
+            return None
+        for record in group.records:
+            inp = case_input(record)
+            if inp is not None:
+                break
+        else:
+            group.shrink_note = f"stage {group.records[0].stage} cannot be replayed on a new input yet"
+            return None
+        start = self.clock()
+        try:
+            return self._shrink(group, record, inp, start + min(self.group_budget, remaining))
+        finally:
+            self.spent += self.clock() - start
+
+    def _shrink(
+        self, group: Group, record: Any, inp: dict[str, Any], deadline: float
+    ) -> dict[str, Any] | None:
+        model = self.model(record.model)
+        stage, checks = record.stage, [0]
+        seen: dict[str, bool] = {}
+
+        def diverges(candidate: dict[str, Any]) -> bool:
+            key = json.dumps(candidate, sort_keys=True, ensure_ascii=False)
+            if key not in seen:
+                if self.clock() > deadline:
+                    raise OutOfTime
+                checks[0] += 1
+                verdict = recheck(stage, self.engine, self.oracle, model, candidate)
+                seen[key] = verdict.outcome == record.outcome and (
+                    signature(stage, verdict.outcome, verdict.message) == group.divergence_signature
+                )
+            return seen[key]
+
+        start = self.clock()
+        try:
+            original_diverges = diverges(inp)
+        except OutOfTime:
+            original_diverges = False
+        if not original_diverges:
+            verdict = recheck(stage, self.engine, self.oracle, model, inp)
+            group.shrink_note = (
+                f"the original case does not diverge from the oracle with the group's signature "
+                f"(against the oracle: {verdict.outcome}: {kind(verdict.message) or 'no message'}): not shrunk"
+            )
+            return None
+        small = shrink(inp, diverges)
+        seconds = self.clock() - start
+        final = recheck(stage, self.engine, self.oracle, model, small)
+        return {
+            "group": group.id,
+            "signature": group.divergence_signature,
+            "stage": stage,
+            "model": record.model,
+            "original_case": record.nodeid,
+            "reference": "oracle",
+            "note": REFERENCE_NOTE,
+            "input": small,
+            "outcome": final.outcome,
+            "divergence": final.message,
+            "engine_answer": final.engine_answer,
+            "oracle_answer": final.oracle_answer,
+            "original_input": inp,
+            "shrinking": {
+                "from_size": size(inp),
+                "to_size": size(small),
+                "checks": checks[0],
+                "seconds": round(seconds, 3),
+                "budget_ran_out": self.clock() > deadline,
+            },
+        }
+
+
+def examine(
+    records: Sequence[Any],
+    impl: str,
+    repro_dir: Path,
+    group_budget: float = DEFAULT_GROUP_BUDGET,
+    total_budget: float = DEFAULT_TOTAL_BUDGET,
+    diagnose_budget: float = 60.0,
+    worth_shrinking: Callable[[list[Group]], list[Group]] = lambda groups: groups,
+) -> list[Group]:
+    """A run's findings as root-cause groups: the failing cases diagnosed
+    (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
+    group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
+    run's own engine has been shut down with the session's fixtures by then)."""
+    from specgate.diagnose.run import STAGES, Diagnoser
+
+    diagnosable = diagnose_budget > 0 and any(r.outcome == "fail" and r.stage in STAGES for r in records)
+    shrinkable = total_budget > 0 and any(r.outcome in SHRUNK_OUTCOMES for r in records)
+    if not (diagnosable or shrinkable):
+        groups = group_records(records)
+        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget)  # notes why not
+        return groups
+    from impl.registry import resolve
+
+    engine = resolve(impl)
+    try:
+        try:
+            diagnoser = Diagnoser(engine, case_input, model_for, diagnose_budget)
+            diagnoses = diagnoser.diagnose(records) if diagnosable else []
+        except KeyboardInterrupt:  # Ctrl-C while diagnosing: nothing diagnosed, nothing shrunk
+            groups = group_records(records)
+            for group in groups:
+                group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
+            return groups
+        groups = group_records(records, diagnoses)
+        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
+    finally:
+        engine.close()
+    return groups
+
+
+def shrink_groups(
+    groups: list[Group],
+    impl: str,
+    repro_dir: Path,
+    group_budget: float = DEFAULT_GROUP_BUDGET,
+    total_budget: float = DEFAULT_TOTAL_BUDGET,
+    engine: Any = None,
+) -> None:
+    """A reproducer for each group that has a divergence to shrink, written to
+    ``repro_dir/<group id>.json`` (the group records its path), against ``engine`` or
+    else a fresh engine of ``impl`` started for it and closed after."""
+    if total_budget <= 0:
+        for g in groups:
+            g.shrink_note = "shrinking disabled (--shrink-budget 0)"
+        return
+    if not any(g.records[0].outcome in SHRUNK_OUTCOMES for g in groups):
+        return
+    from impl.oracle import OracleEngine
+    from impl.registry import resolve
+
+    own = engine is None
+    engine = resolve(impl) if own else engine
+    try:
+        shrinker = Shrinker(engine, OracleEngine(), group_budget, total_budget)
+        for group in groups:
+            try:
+                group.reproducer = shrinker.reproduce(group)
+            except KeyboardInterrupt:  # Ctrl-C: no more shrinking; the run's report is still written
+                for rest in groups[groups.index(group) :]:
+                    rest.shrink_note = "the run was interrupted (Ctrl-C) while shrinking: not shrunk"
+                break
+            except Exception as exc:  # a reproducer is a courtesy: the run's verdict stands without it
+                group.shrink_note = (
+                    f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                )
+            if group.reproducer is not None:
+                repro_dir.mkdir(parents=True, exist_ok=True)
+                path = repro_dir / f"{group.id}.json"
+                body = {"impl": impl, **group.reproducer}
+                files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
+                group.reproducer_path = str(path)
+    finally:
+        if own:
+            engine.close()
+
+
+# ---------------------------------------------------------------------------
+# replaying a reproducer (``specgate repro``)
+
+
+def replay(data: dict[str, Any], engine: Any) -> tuple[Verdict, bool]:
+    """The reproducer's input re-checked on ``engine`` against the oracle: the verdict
+    and whether it still diverges with the reproducer's signature."""
+    from impl.oracle import OracleEngine
+
+    verdict = recheck(data["stage"], engine, OracleEngine(), model_for(data["model"]), data["input"])
+    same = signature(data["stage"], verdict.outcome, verdict.message) == data["signature"]
+    return verdict, same

@@ -1,0 +1,1 @@
+"""Reference upkeep: the corpus, the recorded snapshots, their diffs, the reference lock and drift."""
