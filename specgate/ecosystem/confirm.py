@@ -1,12 +1,16 @@
 """Hand confirmation of the published root causes: each engine folder's confirm script
 (``[confirm] command``) reproduces divergences through the engine's own public API, outside
 specgate, against reference values written in as literals, printing one line per divergence,
-``REPRODUCES: <what>: ...`` or ``GONE: <what>: ...``. ``[[confirm.groups]]`` says which
-root-cause groups (a stage and a part of their signature) which divergences confirm.
+``REPRODUCES: <what>: ...`` or ``GONE: <what>: ...``. Each ``[[confirm.groups]]`` entry
+names one root cause precisely — its stage and its diagnosis (a hypothesis name of the
+stage's catalogue) and/or case ids the group must hold — and the divergences (the start of
+``<what>``) that reproduce it (``covers``). A part of a message signature is no name for a
+cause: signatures mask the reference and many causes share one.
 
 Each group of the table is then marked (``mark``):
 
-* **confirmed** — every divergence named for it printed REPRODUCES;
+* **confirmed** — an entry names the group's cause and every divergence it names printed
+  REPRODUCES; an entry that would cover groups of two different causes confirms neither;
 * **confirm fails** — one of them printed GONE, is missing, or the script did not run to
   its end: called out in the table, not published as the engine's defect (it may be
   specgate's own adapter);
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 
 from impl.process import lifeline
 from specgate.ecosystem.install import tail
-from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path
+from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path, diagnosis_cause
 from specgate.supply.models import PROJECT_ROOT
 
 CONFIRMED, FAILS, UNCONFIRMED = "confirmed", "confirm fails", "not confirmed"
@@ -89,16 +93,51 @@ def parse(stdout: str) -> list[tuple[str, str]]:
     return [(m.group(1).replace("REPRODUCED", "REPRODUCES"), m.group(2)) for m in LINE.finditer(stdout)]
 
 
-def mark(group: dict, entries: list[ConfirmedGroup], run: ConfirmRun | dict | None) -> tuple[str, str]:
-    """The group's mark (CONFIRMED, FAILS, UNCONFIRMED) and the why, in one line."""
-    signature = group.get("signature", "")
-    stage = group.get("stage") or signature.split(" · ", 1)[0]
+def case_ids(group: dict) -> list[str]:
+    """The ``model/case`` ids the group is known to hold: all of them where the report lists
+    them (``cases``), else its first cases (a case further down is not known to be in it)."""
+    nodeids = group.get("cases") or group.get("first_cases") or []
+    return [n[n.index("[") + 1 : n.rindex("]")] if "[" in n and n.endswith("]") else n for n in nodeids]
+
+
+def covers(entry: ConfirmedGroup, group: dict) -> bool:
+    """Whether ``entry`` names ``group``'s cause: the same stage, the group's diagnosis the
+    entry's (exactly: a group of another cause, or one diagnosed with alternatives, is not
+    it), and every case the entry names one of the group's."""
+    stage = group.get("stage") or group.get("signature", "").split(" · ", 1)[0]
+    if entry.stage != stage:
+        return False
+    if entry.diagnosis and group.get("diagnosis") != diagnosis_cause(entry.stage, entry.diagnosis):
+        return False
+    held = set(case_ids(group))
+    return all(case in held for case in entry.cases)
+
+
+def verdicts(run: ConfirmRun, name: str) -> str:
+    """What the confirm script said of the divergence ``name`` (the start of what a verdict
+    line names): REPRODUCES, GONE (any of its lines), or missing."""
+    said = {verdict for verdict, rest in run.lines if rest.startswith(name)}
+    return "missing" if not said else ("REPRODUCES" if said == {"REPRODUCES"} else "GONE")
+
+
+def mark(
+    group: dict,
+    entries: list[ConfirmedGroup],
+    run: ConfirmRun | dict | None,
+    groups: list[dict] | None = None,
+) -> tuple[str, str]:
+    """The group's mark (CONFIRMED, FAILS, UNCONFIRMED, DISAGREE) and the why, in one line.
+    ``groups``: all the engine's groups, so that an entry covering groups of two different
+    causes (signatures) confirms none of them."""
     if group.get("outcome") == "reference-disagreement":
         return DISAGREE, "the references disagree with each other here: not a finding about the engine"
-    # A group named by its diagnosed cause still carries the message signature of its
-    # first case (``divergence_signature``): the one a confirm entry names.
-    shown = (signature, group.get("divergence_signature") or "")
-    covering = [e for e in entries if e.stage == stage and any(e.signature in s for s in shown)]
+    covering = [e for e in entries if covers(e, group)]
+    for entry in covering:
+        causes = {g.get("signature") for g in groups or [group] if covers(entry, g)}
+        if len(causes) > 1:
+            return UNCONFIRMED, (
+                f"the confirm entry {entry.describe()} covers {len(causes)} different causes: it names none"
+            )
     if not covering:
         return UNCONFIRMED, "no hand reproduction through the engine's own API yet"
     if run is None:
@@ -108,13 +147,7 @@ def mark(group: dict, entries: list[ConfirmedGroup], run: ConfirmRun | dict | No
     if run.status != "ran":
         return FAILS, f"`{run.command}` {run.status}: {run.output.strip().splitlines()[-1:] or ''}"
     wanted = [name for e in covering for name in e.divergences]
-    found = {}
-    for name in wanted:
-        verdicts = [verdict for verdict, rest in run.lines if name in rest]
-        found[name] = (
-            "missing" if not verdicts else ("REPRODUCES" if set(verdicts) == {"REPRODUCES"} else "GONE")
-        )
-    bad = [f"{name!r} {v}" for name, v in found.items() if v != "REPRODUCES"]
+    bad = [f"{name!r} {v}" for name in wanted if (v := verdicts(run, name)) != "REPRODUCES"]
     if bad:
         return FAILS, f"`{run.command}`: " + "; ".join(bad)
     return CONFIRMED, f"`{run.command}` reproduces it through the engine's own API: " + "; ".join(

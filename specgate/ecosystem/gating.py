@@ -98,7 +98,7 @@ class EngineRun:
 
     def mark(self, group: dict[str, Any]) -> tuple[str, str]:
         """Whether the engine's own API reproduces ``group`` outside specgate."""
-        return mark(group, self.confirm_groups, self.confirm)
+        return mark(group, self.confirm_groups, self.confirm, self.groups())
 
     def counts(self) -> dict[str, Counter]:
         """Outcome counts per stage, summed over models and report files."""

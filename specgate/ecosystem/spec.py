@@ -36,13 +36,27 @@ class EcosystemError(ValueError):
 
 @dataclass
 class ConfirmedGroup:
-    """A ``[[confirm.groups]]`` entry: the root-cause groups of ``stage`` whose signature
-    contains ``signature`` are confirmed when every divergence of the confirm script named
-    by (a part of) one of ``divergences`` prints REPRODUCES."""
+    """A ``[[confirm.groups]]`` entry: one root cause of ``stage``, named precisely — by its
+    diagnosis (``diagnosis``: the name of a hypothesis of ``specgate.diagnose``'s catalogue
+    for the stage, ``a+b`` for two together) and/or by case ids (``cases``: ``model/case``
+    as in the gate's node ids, every one of which the group must hold) — and the
+    divergences of the confirm script (``divergences``: the start of what each verdict line
+    names) that must all print REPRODUCES for it to be *confirmed* (``confirm.covers``)."""
 
     stage: str
-    signature: str
     divergences: list[str]
+    diagnosis: str = ""
+    cases: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        named = ([f"diagnosis {self.diagnosis}"] if self.diagnosis else []) + [
+            f"case {c}" for c in self.cases
+        ]
+        return f"{self.stage} ({', '.join(named)})"
+
+
+#: The keys of a ``[[confirm.groups]]`` entry.
+CONFIRM_KEYS = {"stage", "diagnosis", "cases", "divergences"}
 
 
 @dataclass
@@ -125,12 +139,7 @@ class EngineSpec:
         for entry in confirm.get("groups", []):
             if not isinstance(entry, dict):
                 raise EcosystemError(f"{path}: [[confirm.groups]] entries must be tables, got {entry!r}")
-            group = ConfirmedGroup(
-                text("stage", entry), text("signature", entry), names("divergences", entry)
-            )
-            if group.stage not in known:
-                raise EcosystemError(f"{path}: [[confirm.groups]] names unknown stage {group.stage!r}")
-            groups.append(group)
+            groups.append(confirm_entry(path, entry, known, text, names))
         if groups and "command" not in confirm:
             raise EcosystemError(f"{path}: [[confirm.groups]] without a [confirm] command to run")
         spec = cls(
@@ -183,6 +192,57 @@ class EngineSpec:
             raise EcosystemError(
                 f"{self.folder}/engine.toml: unknown placeholder {{{exc.args[0]}}}"
             ) from None
+
+
+def confirm_entry(
+    path: Path, entry: dict[str, Any], known: set[str], text: Any, names: Any
+) -> ConfirmedGroup:
+    """One ``[[confirm.groups]]`` entry, checked: a known stage, a cause named by a diagnosis
+    the stage's catalogue holds and/or case ids, never by a part of a message signature
+    (one such part once confirmed groups of other causes)."""
+    if unknown := sorted(set(entry) - CONFIRM_KEYS):
+        hint = (
+            " (name the cause by diagnosis = ... and/or cases = [...], not by a signature)"
+            if "signature" in unknown
+            else ""
+        )
+        raise EcosystemError(
+            f"{path}: [[confirm.groups]] has unknown key(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(CONFIRM_KEYS))}{hint}"
+        )
+    stage = text("stage", entry)
+    if stage not in known:
+        raise EcosystemError(f"{path}: [[confirm.groups]] names unknown stage {stage!r}")
+    group = ConfirmedGroup(
+        stage,
+        names("divergences", entry),
+        text("diagnosis", entry) if "diagnosis" in entry else "",
+        names("cases", entry) if "cases" in entry else [],
+    )
+    if not group.diagnosis and not group.cases:
+        raise EcosystemError(
+            f"{path}: a [[confirm.groups]] entry of {stage} names no cause: give diagnosis and/or cases"
+        )
+    if group.diagnosis:
+        diagnosis_cause(stage, group.diagnosis, path)  # an unknown name: now
+    return group
+
+
+def diagnosis_cause(stage: str, name: str, path: Path | str = "engine.toml") -> str:
+    """The cause a diagnosed group of ``stage`` carries (its ``diagnosis``) for the
+    hypothesis ``name`` of the stage's catalogue (``a+b``: both, as ``Diagnosis.cause``
+    joins them); an EcosystemError for a name the catalogue lacks."""
+    from specgate.diagnose.run import CATALOGUES
+
+    catalogue = CATALOGUES.get(stage)
+    hypotheses = {h.name: h for h in catalogue.for_stage(stage)} if catalogue else {}
+    parts = name.split("+")
+    if unknown := [p for p in parts if p not in hypotheses]:
+        raise EcosystemError(
+            f"{path}: [[confirm.groups]] of {stage} names unknown diagnosis {'+'.join(unknown)!r}; known: "
+            f"{', '.join(hypotheses) or 'none (the stage is not diagnosed)'}"
+        )
+    return "; and it ".join(hypotheses[p].cause for p in parts)
 
 
 def child_path(path: str | None = None) -> str:

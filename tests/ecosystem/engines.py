@@ -70,6 +70,11 @@ for line in sys.stdin:
 """
 
 
+#: The first encode case the wrong engine's gate run asks (``--max-cases 3`` on qwen3-vocab):
+#: its confirm entry names the group that holds it.
+FIRST_ENCODE_CASE = "qwen3-vocab/arabic/plain"
+
+
 def wrong_engine(root: Path, key: str, confirm_says: str | None = None) -> Path:
     """An engine folder whose adapter answers every encode with [0]; with ``confirm_says``
     ("REPRODUCES" or "GONE") a confirm script printing that verdict for the divergence
@@ -85,7 +90,8 @@ def wrong_engine(root: Path, key: str, confirm_says: str | None = None) -> Path:
         with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
             toml.write(
                 '[confirm]\ncommand = "{python} {here}/confirm.py"\n[[confirm.groups]]\nstage = "encode"\n'
-                'signature = "ids differ"\ndivergences = ["encode answers [0]"]\n'
+                f"cases = [{FIRST_ENCODE_CASE!r}]\n"
+                'divergences = ["encode answers [0]"]\n'
             )
     return folder
 
@@ -98,3 +104,16 @@ def unavailable_engine(root: Path, key: str) -> Path:
         text.replace("[ci]", 'unavailable = "needs a GPU this machine lacks"\n[ci]'), encoding="utf-8"
     )
     return folder
+
+
+def assert_entries_reproduce(engine: str, stdout: str) -> None:
+    """Every divergence named by ``engine``'s ``[[confirm.groups]]`` entries starts a line its
+    confirm script printed as REPRODUCES (``confirm.verdicts``): what the table marks
+    *confirmed* is what the script really printed, not a name that matches nothing."""
+    from specgate.ecosystem.confirm import ConfirmRun, parse, verdicts
+    from specgate.ecosystem.spec import ECOSYSTEM_DIR, EngineSpec
+
+    run = ConfirmRun("confirm", "ran", 0, parse(stdout))
+    spec = EngineSpec.load(ECOSYSTEM_DIR / engine)
+    said = {n: verdicts(run, n) for e in spec.confirm_groups for n in e.divergences}
+    assert said and set(said.values()) == {"REPRODUCES"}, (said, stdout)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ecosystem.engines import engine_unavailable
+from tests.ecosystem.engines import assert_entries_reproduce, engine_unavailable
 
 ECOSYSTEM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem"
 JS_ENGINES = ["hf_jinja", "hf_tokenizers", "node_llama_cpp", "transformers_js", "lenml_tokenizers"]
@@ -47,3 +47,4 @@ def test_confirm_reproduces(engine: str) -> None:
     assert run.returncode == 0, (
         f"{engine}/confirm.mjs exit {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     )
+    assert_entries_reproduce(engine, run.stdout)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specgate.supply import models as model_cache
-from tests.ecosystem.engines import engine_unavailable
+from tests.ecosystem.engines import assert_entries_reproduce, engine_unavailable
 
 pytestmark = pytest.mark.live  # a real server with the 0.5B model's weights (~1-3 min)
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "llama_cpp_server" / "confirm.py"
@@ -30,7 +30,8 @@ def test_llama_cpp_server_divergences_reproduce():
     )
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     lines = run.stdout.splitlines()
-    assert len(lines) == 4 and all(line.startswith("REPRODUCED") for line in lines), run.stdout
+    assert len(lines) == 5 and all(line.startswith("REPRODUCED") for line in lines), run.stdout
     assert any('one "" candidate' in line for line in lines) and any(
         "token_logprobs[2]" in line for line in lines
     )
+    assert_entries_reproduce("llama_cpp_server", run.stdout)

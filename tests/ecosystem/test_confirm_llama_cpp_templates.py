@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.ecosystem.engines import engine_unavailable
+from tests.ecosystem.engines import assert_entries_reproduce, engine_unavailable
 
 ECOSYSTEM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem"
 MISSING_MODEL = 2
 
 
 @pytest.mark.parametrize(
-    ("engine", "divergences"), [("llama_cpp_chat_format", 2), ("llama_cpp_builtin_template", 3)]
+    ("engine", "divergences"), [("llama_cpp_chat_format", 2), ("llama_cpp_builtin_template", 4)]
 )
 def test_llama_cpp_template_divergences_reproduce(engine: str, divergences: int) -> None:
     if importlib.util.find_spec("llama_cpp") is None:
@@ -32,3 +32,4 @@ def test_llama_cpp_template_divergences_reproduce(engine: str, divergences: int)
         f"{engine}/confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     )
     assert run.stdout.count("REPRODUCES") == divergences, run.stdout
+    assert_entries_reproduce(engine, run.stdout)

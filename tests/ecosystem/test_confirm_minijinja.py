@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ecosystem.engines import engine_unavailable
+from tests.ecosystem.engines import assert_entries_reproduce, engine_unavailable
 
 pytestmark = pytest.mark.live  # the engine package comes with the live session (nox -s live)
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "minijinja" / "confirm.py"
@@ -20,3 +20,4 @@ def test_minijinja_divergences_reproduce():
     run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
     assert run.stdout.count("REPRODUCES") == 4, run.stdout
+    assert_entries_reproduce("minijinja", run.stdout)

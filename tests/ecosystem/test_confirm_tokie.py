@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ecosystem.engines import engine_unavailable
+from tests.ecosystem.engines import assert_entries_reproduce, engine_unavailable
 
 pytestmark = pytest.mark.live  # the engine package comes with the live session (nox -s live)
 CONFIRM = Path(__file__).resolve().parents[2] / "impl" / "ecosystem" / "tokie" / "confirm.py"
@@ -26,3 +26,4 @@ def test_tokie_divergences_reproduce():
         engine_unavailable(f"the tokenizer file confirm.py needs is not cached: {run.stdout.strip()}")
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
     assert run.stdout.count("REPRODUCES") == 4, run.stdout
+    assert_entries_reproduce("tokie", run.stdout)

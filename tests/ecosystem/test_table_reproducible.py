@@ -76,7 +76,7 @@ def test_each_published_root_cause_is_marked_by_its_confirm_script(tmp_path: Pat
 def test_a_confirm_group_needs_a_confirm_command(tmp_path: Path) -> None:
     folder = engine_folder(tmp_path, "half", ORACLE)
     with (folder / "engine.toml").open("a", encoding="utf-8") as toml:
-        toml.write('[[confirm.groups]]\nstage = "encode"\nsignature = "x"\ndivergences = ["y"]\n')
+        toml.write('[[confirm.groups]]\nstage = "encode"\ncases = ["qwen3-vocab/x"]\ndivergences = ["y"]\n')
     with pytest.raises(
         ecosystem.EcosystemError, match=r"\[\[confirm.groups\]\] without a \[confirm\] command"
     ):
@@ -193,8 +193,13 @@ def test_marks_of_reference_disagreements_and_of_confirm_runs_that_did_not_repor
     from specgate.ecosystem.confirm import DISAGREE, ConfirmRun, mark, parse
     from specgate.ecosystem.spec import ConfirmedGroup
 
-    entries = [ConfirmedGroup("decode", "bytes differ", ["lone byte"])]
-    group = {"stage": "decode", "outcome": "fail", "signature": "decode · fail · bytes differ at byte N"}
+    entries = [ConfirmedGroup("decode", ["lone byte"], cases=["qwen3-vocab/token-121"])]
+    group = {
+        "stage": "decode",
+        "outcome": "fail",
+        "signature": "decode · fail · bytes differ at byte N",
+        "first_cases": ["specgate/gates/test_tokenizer.py::test_decode[qwen3-vocab/token-121]"],
+    }
     disagreement = {**group, "outcome": "reference-disagreement"}
     assert mark(disagreement, entries, None)[0] == DISAGREE
     assert mark(group, entries, None)[0] == ecosystem.FAILS
@@ -208,23 +213,3 @@ def test_marks_of_reference_disagreements_and_of_confirm_runs_that_did_not_repor
         mark({**group, "stage": "encode"}, entries, ConfirmRun("x", "ran", 0, said))[0]
         == ecosystem.UNCONFIRMED
     )
-
-
-def test_a_group_named_by_its_diagnosed_cause_is_marked_by_its_first_cases_message() -> None:
-    """A diagnosed group's signature names the cause; its first case's message signature
-    (``divergence_signature``) is the one the engine folder's confirm entry names — the
-    regenerated table once marked every diagnosed group *not confirmed* for that."""
-    from specgate.ecosystem.confirm import ConfirmRun, mark, parse
-    from specgate.ecosystem.spec import ConfirmedGroup
-
-    entries = [ConfirmedGroup("decode", "bytes differ from concatenated llama_token_to_piece", ["lone byte"])]
-    group = {
-        "stage": "decode",
-        "outcome": "fail",
-        "signature": "decode · fail · the engine decodes through a string: the bytes … become U+FFFD",
-        "divergence_signature": "decode · fail · bytes differ from concatenated llama_token_to_piece at byte N",
-    }
-    said = parse("REPRODUCES  lone byte: engine 'efbfbd'\n")
-    assert mark(group, entries, ConfirmRun("x", "ran", 0, said))[0] == ecosystem.CONFIRMED
-    other = {**group, "divergence_signature": "decode · fail · engine length differs"}
-    assert mark(other, entries, ConfirmRun("x", "ran", 0, said))[0] == ecosystem.UNCONFIRMED

@@ -26,6 +26,17 @@ function rendered(messages) {
 reportDivergences([
   ...stringDecodeDivergences(decoded),
   {
+    name: "decode of no ids throws instead of answering the empty string (decode error group, ws-empty)",
+    got: () => {
+      try {
+        return decoded([]);
+      } catch (error) {
+        return `<error: ${error.message.split("\n")[0]}>`;
+      }
+    },
+    reference: "", // snapshots/<model>/decode.json, case ws-empty: ids [], hex "" (llama.cpp via llama-cpp-python 0.3.36: b"")
+  },
+  {
     name: "the bundled Jinja cannot parse Qwen3's own chat template (render refusals, 01_single_user)",
     got: () => rendered([{ role: "user", content: "What is the capital of France?" }]),
     // transformers 5.24.0 apply_chat_template(tokenize=False, add_generation_prompt=True)

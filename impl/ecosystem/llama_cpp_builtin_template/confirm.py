@@ -77,6 +77,17 @@ def main() -> int:
             "<｜begin▁of▁sentence｜><｜User｜>What is the capital of France?<｜Assistant｜>",
         ),
         (
+            "DeepSeek-R1-Distill: a system message comes first without the BOS text "
+            "(render group, deepseek-r1-distill-qwen-7b-vocab 02_system_user)",
+            apply(
+                "deepseek-r1-distill-qwen-7b-vocab",
+                [("system", "You are a terse assistant."), ("user", "Hi!")],
+                True,
+            ),
+            # transformers 5.24.0 (snapshots/deepseek-r1-distill-qwen-7b-vocab/render.json, 02_system_user/gen)
+            "<｜begin▁of▁sentence｜>You are a terse assistant.<｜User｜>Hi!<｜Assistant｜>",
+        ),
+        (
             "Qwen3: the <think> block of an earlier assistant turn is kept "
             "(render group, qwen3-vocab 10_think_in_history)",
             apply(

@@ -63,6 +63,28 @@ def tokenize_always_parses_specials(url: str) -> tuple[bool, str]:
     )
 
 
+BEYOND_VOCABULARY = [999999]
+# The reference of the decode case ids-edge-999999 (snapshots/qwen2.5-coder-0.5b-instruct/decode.json):
+# an id outside the 151936-token vocabulary is skipped (PROTOCOL.md 4.2): no bytes.
+BEYOND_VOCABULARY_REFERENCE = ""
+
+
+def detokenize_beyond_vocabulary_kills_the_server(url: str) -> tuple[bool, str]:
+    """Last of all: the server does not survive it."""
+    try:
+        got = repr(post(url, "/extras/detokenize", {"tokens": BEYOND_VOCABULARY})["text"])
+    except (OSError, ValueError, KeyError) as exc:  # the connection closed unanswered, refused, a 500
+        got = f"no answer ({type(exc).__name__}: {exc})"
+        try:
+            urllib.request.urlopen(url + "/v1/models", timeout=10).read()
+        except OSError as after:
+            got += f"; afterwards the server is gone ({type(after).__name__})"
+    return got != repr(BEYOND_VOCABULARY_REFERENCE), (
+        f"/extras/detokenize {BEYOND_VOCABULARY} (an id outside the vocabulary): server {got}, "
+        f"the reference skips it: {BEYOND_VOCABULARY_REFERENCE!r}"
+    )
+
+
 # The log-prob checks: llama.cpp via llama-cpp-python 0.3.36, Llama(gguf, n_ctx=512, logits_all=True),
 # eval(ids) in one batch, log-softmax of scores in float64 (a server evaluates the prompt the same way;
 # values agree to ~1e-6, the bound LOGPROB_TOL leaves room for a different CPU's kernels).
@@ -111,6 +133,7 @@ DIVERGENCES = [
     tokenize_always_parses_specials,
     candidate_names_collide,
     echo_token_logprobs_one_position_off,
+    detokenize_beyond_vocabulary_kills_the_server,  # last: it kills the server
 ]
 
 

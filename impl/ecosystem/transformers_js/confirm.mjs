@@ -20,6 +20,31 @@ const decoded = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, cle
 reportDivergences([
   ...stringDecodeDivergences(decoded),
   {
+    name: "decode of no ids throws instead of answering the empty string (decode error group, ws-empty)",
+    got: () => {
+      try {
+        return decoded([]);
+      } catch (error) {
+        return `<error: ${error.message.split("\n")[0]}>`;
+      }
+    },
+    reference: "", // snapshots/<model>/decode.json, case ws-empty: ids [], hex "" (llama.cpp via llama-cpp-python 0.3.36: b"")
+  },
+  {
+    name: "reasoning_content keeps none of its whitespace: the template's strip('\\n') strips all whitespace (render group, 32_reasoning_content_whitespace_final)",
+    got: () =>
+      tokenizer.apply_chat_template(
+        [
+          { role: "user", content: "Name a prime." },
+          { role: "assistant", content: "  7  ", reasoning_content: "\n\n  Small primes: 2, 3, 5, 7.  \n\t\n" },
+        ],
+        { tokenize: false, add_generation_prompt: false },
+      ),
+    // transformers 5.24.0 apply_chat_template(tokenize=False) (snapshots/qwen3-vocab/render.json, 32_reasoning_content_whitespace_final/no-gen)
+    reference:
+      "<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n<think>\n  Small primes: 2, 3, 5, 7.  \n\t\n</think>\n\n  7  <|im_end|>\n",
+  },
+  {
     name: "thinking alias: the assistant's `thinking` is not given to the template as reasoning_content (render group, 14_thinking_alias)",
     got: () =>
       tokenizer.apply_chat_template(
