@@ -87,7 +87,8 @@ def causes_markdown(table: Table) -> list[str]:
         "## Root causes and their confirmation",
         "",
         f"*{CONFIRMED}*: the engine's own public API reproduces it outside specgate (the engine "
-        f"folder's confirm script, against reference values written into it); *{FAILS}*: the "
+        f"folder's confirm script, against reference values written into it, by an entry naming this "
+        f"group's cause: its diagnosis or its cases); *{FAILS}*: the "
         "hand reproduction does not reproduce it — not published as the engine's defect (it may be "
         "specgate's adapter); *not confirmed*: no hand reproduction yet; *references disagree*: the "
         "references disagree with each other there, no claim about the engine.",

@@ -19,5 +19,5 @@ def test_minijinja_divergences_reproduce():
         engine_unavailable("the minijinja package is not installed (pip install minijinja==3.0.5)")
     run = subprocess.run([sys.executable, str(CONFIRM)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
-    assert run.stdout.count("REPRODUCES") == 4, run.stdout
+    assert run.stdout.count("REPRODUCES") == 5, run.stdout
     assert_entries_reproduce("minijinja", run.stdout)

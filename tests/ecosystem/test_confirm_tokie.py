@@ -25,5 +25,5 @@ def test_tokie_divergences_reproduce():
     if run.returncode == MISSING_FILE:
         engine_unavailable(f"the tokenizer file confirm.py needs is not cached: {run.stdout.strip()}")
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr}"
-    assert run.stdout.count("REPRODUCES") == 4, run.stdout
+    assert run.stdout.count("REPRODUCES") == 5, run.stdout
     assert_entries_reproduce("tokie", run.stdout)

@@ -48,6 +48,15 @@ DIVERGENCES = [
         {"s": "<a href='x'>&</a>"},
         "&lt;a href=&#39;x&#39;&gt;&amp;&lt;/a&gt;",
     ),
+    (
+        "loop.last is never true in a loop over the characters of astral-plane text "
+        "(construct 66_astral_loop_over_characters)",
+        "{% for c in s %}{{ loop.index0 }}={{ c }}{% if loop.last %}/{{ loop.length }}{% else %},{% endif %}"
+        "{% endfor %}",
+        {"s": "a😀𝐀𠀀b🇯🇵"},
+        # snapshots/constructs/render_template.json, 66_astral_loop_over_characters (its loop part)
+        "0=a,1=😀,2=𝐀,3=𠀀,4=b,5=🇯,6=🇵/7",
+    ),
 ]
 
 

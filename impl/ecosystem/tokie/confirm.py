@@ -52,6 +52,13 @@ def divergences(tok: tokie.Tokenizer) -> list[tuple[str, Any, Any]]:
             [87, 220, 70467, 104],
         ),
         (
+            "a contraction after a tab: encode \"\\t'l \\t's x\\t'll\\n'd\" splits 'l into ' and l",
+            attempt(lambda: tok.encode("\t'l \t's x\t'll\n'd", add_special_tokens=False).ids),
+            # llama.cpp's llama_tokenize on qwen3-vocab.gguf (snapshots/qwen3-vocab/encode.json,
+            # case contr-after-tab/special)
+            [197, 63866, 220, 197, 594, 856, 197, 3278, 198, 4172],
+        ),
+        (
             "decode_bytes of special-token ids <|im_start|> <think> Hello: tokie panics",
             attempt(lambda: tok.decode_bytes([151644, 151667, 9707])),
             # llama.cpp via llama-cpp-python 0.3.36 (detokenize, special=True) on qwen3-vocab.gguf;
