@@ -21,7 +21,8 @@ confirmed or not.
 | ``results`` | the table as data (``Table``: rows, machine, problems, subset) |
 | ``table`` | the whole table (``run_all``), its files, ``publish`` |
 | ``markdown`` / ``page`` | the table as Markdown / HTML, without machine paths |
-| ``cli`` | ``python -m specgate.ecosystem install|run`` |
+| ``remark`` | a saved table marked again by the confirm entries as they are now (``... remark``) |
+| ``cli`` | ``python -m specgate.ecosystem install|run|remark`` |
 """
 
 from specgate.ecosystem.confirm import CONFIRMED, FAILS, UNCONFIRMED, ConfirmRun, mark, run_confirm

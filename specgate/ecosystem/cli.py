@@ -3,10 +3,14 @@
     python -m specgate.ecosystem install [--engines a,b] [--status FILE]
     python -m specgate.ecosystem run [--engines a,b] [--budget S] [--total-budget S] [--out DIR]
                                      [--publish ECOSYSTEM.md]
+    python -m specgate.ecosystem remark SAVED.json --out DIR [--confirm]
 
 ``run`` writes ``DIR/ecosystem.{md,html,json}`` (``DIR/ecosystem-<a>+<b>.*`` for an
 ``--engines`` subset); ``--publish FILE`` copies the full table's Markdown to FILE and
-leaves FILE alone after a subset. Budgets: ``specgate.ecosystem.budgets``.
+leaves FILE alone after a subset. ``remark`` writes a saved table (its JSON and the reports it
+names) anew under DIR, each root cause marked by the engine folders' confirm entries as they are
+now (``--confirm``: the confirm scripts run again): ``specgate.ecosystem.remark``. Budgets:
+``specgate.ecosystem.budgets``.
 """
 
 from __future__ import annotations
@@ -66,7 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="copy the full table's Markdown here (ECOSYSTEM.md); never done for an --engines subset",
     )
+    again = sub.add_parser("remark")
+    again.add_argument("saved", type=Path, help="a saved table: reports/ecosystem.json")
+    again.add_argument("--out", type=Path, required=True, help="where the re-marked table is written")
+    again.add_argument("--root", type=Path, default=ECOSYSTEM_DIR, help="the engine folders' parent")
+    again.add_argument("--confirm", action="store_true", help="run the confirm scripts again")
     args = parser.parse_args(argv)
+    if args.command == "remark":
+        from specgate.ecosystem.remark import counts, remark
+
+        table = remark(args.saved, args.out, args.root, rerun_confirm=args.confirm)
+        marks = ", ".join(f"{n} {status}" for status, n in sorted(counts(table).items()))
+        print(f"specgate ecosystem: {args.out / table.stem}.md re-marked: {marks}")
+        return 0
     engines = [e.strip() for e in args.engines.split(",") if e.strip()] or None
     pip_args = shlex.split(args.pip_args)
     if args.command == "install":

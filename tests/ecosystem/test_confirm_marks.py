@@ -240,3 +240,35 @@ def test_the_engine_entries_no_longer_name_message_signatures() -> None:
     for entry in hf_jinja.confirm_groups:
         assert sum(mark(g, [entry], said, GROUPS)[0] == ecosystem.CONFIRMED for g in GROUPS) <= 1, entry
     assert marks(hf_jinja.confirm_groups, said) == [ecosystem.CONFIRMED] * 3
+
+
+def test_a_saved_table_is_marked_again_by_the_entries_as_they_are_now(tmp_path: Path) -> None:
+    """``remark`` reads a real run's saved table and reports back and marks them with the
+    folders' entries now: an entry edited to name another case un-confirms the group; the
+    saved folder itself is never written over."""
+    from specgate.ecosystem.cli import main
+    from specgate.ecosystem.remark import counts, remark
+    from tests.ecosystem.engines import wrong_engine
+
+    root = tmp_path / "engines"
+    folder = wrong_engine(root, "wrong", confirm_says="REPRODUCES")
+    saved = tmp_path / "run" / "reports"
+    table = ecosystem.run_all(root, saved, budget=300, extra=["--max-cases", "3", "--shrink-budget", "5"])
+    assert counts(table) == {ecosystem.CONFIRMED: 1}, [r.message for r in table.rows]
+    again = remark(saved / "ecosystem.json", tmp_path / "same", root)
+    assert counts(again) == {ecosystem.CONFIRMED: 1}
+    toml = folder / "engine.toml"
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace("arabic/plain", "arabic/special"), encoding="utf-8"
+    )
+    assert (
+        main(
+            ["remark", str(saved / "ecosystem.json"), "--out", str(tmp_path / "edited"), "--root", str(root)]
+        )
+        == 0
+    )
+    markdown = (tmp_path / "edited" / "ecosystem.md").read_text(encoding="utf-8")
+    assert "| wrong | 1 | fail: encode | 3 | not confirmed |" in markdown, markdown
+    assert "- REPRODUCES: encode answers [0]" in markdown  # the saved confirm lines are still shown
+    with pytest.raises(ecosystem.EcosystemError, match="the saved table's own folder"):
+        remark(saved / "ecosystem.json", saved, root)
