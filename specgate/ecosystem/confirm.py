@@ -94,9 +94,10 @@ def parse(stdout: str) -> list[tuple[str, str]]:
 
 
 def case_ids(group: dict) -> list[str]:
-    """The ``model/case`` ids the group is known to hold: all of them where the report lists
-    them (``cases``), else its first cases (a case further down is not known to be in it)."""
-    nodeids = group.get("cases") or group.get("first_cases") or []
+    """The ``model/case`` ids the group is known to hold: those of its first cases, the ones
+    the report lists (a case further down is not known to be in it: an entry naming it
+    confirms nothing, never a group it is not in)."""
+    nodeids = group.get("first_cases") or []
     return [n[n.index("[") + 1 : n.rindex("]")] if "[" in n and n.endswith("]") else n for n in nodeids]
 
 
