@@ -1,6 +1,9 @@
 """A missing optional piece is one line naming what to install, exit 4 — run for real in
-the light install that ``nox -s parity`` makes (``.nox/parity``: specgate's core and the
-report extra, no torch, no transformers, no llama-cpp-python)."""
+a light install: specgate's core and the report extra, no torch, no transformers, no
+llama-cpp-python. The one ``nox -s parity`` makes (``.nox/parity``) where it exists,
+else this checkout's wheel in a fresh virtualenv (``tests/light_install.py``, built once
+per session and shared with the wheel test): so CI, which makes no ``.nox/parity``, runs
+them too. Slow: the wheel and its virtualenv take minutes."""
 
 from __future__ import annotations
 
@@ -13,19 +16,26 @@ ROOT = Path(__file__).resolve().parents[1]
 LIGHT = ROOT / ".nox" / "parity" / "bin"
 
 
-@pytest.fixture(scope="module")
-def light() -> Path:
-    if not (LIGHT / "python").exists():
-        pytest.skip("no light install here: make it with `nox -s parity --install-only`")
+pytestmark = pytest.mark.slow
+
+
+def without_torch(bin_dir: Path) -> bool:
     probe = subprocess.run(
-        [LIGHT / "python", "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"],
+        [bin_dir / "python", "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    if probe.stdout.strip() != "True":
-        pytest.skip(f"{LIGHT} has torch installed: not the light install")
-    return LIGHT
+    return probe.stdout.strip() == "True"
+
+
+@pytest.fixture(scope="module")
+def light(request: pytest.FixtureRequest) -> Path:
+    if (LIGHT / "python").exists() and without_torch(LIGHT):
+        return LIGHT
+    built = request.getfixturevalue("light_install").bin
+    assert without_torch(built), f"{built} has torch: not a light install"
+    return built
 
 
 @pytest.mark.parametrize(("impl", "extra"), [("hf", "hf"), ("llamacpp", "llamacpp")])
@@ -39,7 +49,6 @@ def test_specgate_engine_without_its_extra_is_one_line(light: Path, impl: str, e
     assert proc.stdout == ""  # no handshake: nothing for a client to mistake for an engine
 
 
-@pytest.mark.slow  # pytest's collection in a subprocess (~15 s on a busy machine)
 def test_parity_with_impl_hf_in_the_light_install_is_one_setup_error(light: Path) -> None:
     proc = subprocess.run(
         [light / "specgate", "parity", "--impl", "hf", "-q"],

@@ -19,6 +19,7 @@ from impl.datafiles import DATA_FOLDERS, DATA_ROOT, data_root
 from impl.process import lifeline
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
+from tests.light_install import LightInstall
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = "qwen3-vocab"
@@ -148,19 +149,12 @@ def test_a_usage_error_of_specgate_parity_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # builds the wheel, a fresh virtualenv and installs the light dependencies: minutes
-def test_the_wheel_carries_the_gates_and_their_data(tmp_path: Path, vocab: None) -> None:
+def test_the_wheel_carries_the_gates_and_their_data(light_install: LightInstall, vocab: None) -> None:
     """``pip install <checkout>`` (a wheel, not editable) in a fresh virtualenv outside the
     checkout, with the light dependencies only (no torch): from an empty directory,
     ``specgate parity --impl oracle --stages encode --models qwen3-vocab`` is green over
     every case and a planted wrong engine is red."""
-    wheels, venv, empty = tmp_path / "wheels", tmp_path / "venv", tmp_path / "empty"
-    empty.mkdir()
-    build = lifeline.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    (wheel,) = wheels.glob("specgate-*.whl")
+    wheel, python, empty = light_install.wheel, light_install.python, light_install.empty
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in [
         "specgate/gates/test_tokenizer.py", "specgate/gates/conftest.py", "specgate/schemas/reproducer.schema.json",
@@ -173,19 +167,12 @@ def test_the_wheel_carries_the_gates_and_their_data(tmp_path: Path, vocab: None)
     assert size < 20_000_000, (
         f"the wheel is {size / 1e6:.1f} MB"
     )  # 10.8 MB when written: snapshots 21 MB unpacked
-
-    lifeline.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    python = venv / "bin" / "python"
-    install = lifeline.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-compile", "-c", str(ROOT / "constraints" / "references.txt"),
-         str(wheel)],
-        cwd=empty, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     where = lifeline.run(
         [str(python), "-c", "import specgate, impl.datafiles as d; print(specgate.__file__); print(d.DATA_ROOT)"],
         cwd=empty, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert str(ROOT) not in where.stdout and where.stdout.count(str(venv)) == 2, where.stdout + where.stderr
+    assert str(ROOT) not in where.stdout and where.stdout.count(str(light_install.venv)) == 2, (
+        where.stdout + where.stderr
+    )
     assert lifeline.run([str(python), "-c", "import torch"], capture_output=True, timeout=120).returncode != 0
     check_green_and_red(python, empty)
