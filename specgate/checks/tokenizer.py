@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specgate.run.gate import first_difference, first_divergence
+from specgate.run.judge import settle
 
 #: The reference that judges each stage in the gate (named in its messages); a re-check
 #: on a new input is judged by the oracle instead and says so (``specgate.run.triage``).
@@ -113,3 +114,17 @@ def piece_of(model: Any) -> Callable[[int], str]:
     except Exception:
         return repr
     return lambda i: repr(oracle.decode(model, [i]))
+
+
+def settle_case(stage: str, model: Any, case: dict[str, Any], got: Any, where: str) -> None:
+    """The tokenizer gates' verdict on the engine's answer ``got`` to a recorded ``case``
+    of ``stage`` (split, encode or decode): its comparison with the case's references,
+    the field each reference's answer is recorded in, settled by ``specgate.run.judge``
+    (a pass returns; a disagreement or failure raises, prefixed with ``where``)."""
+    compare, answer_key = {
+        # the split snapshot records the other reference's pieces: no skew rule of its own
+        "split": (lambda c: check_split(c["text"], c["pieces"], got, skew=False)[0], "pieces"),
+        "encode": (lambda c: check_encode(c, got, show=piece_of(model)), "ids"),
+        "decode": (lambda c: check_decode(bytes.fromhex(c["hex"]), got), "hex"),
+    }[stage]
+    settle(stage, case, compare, where, answer_key)

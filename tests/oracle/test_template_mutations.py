@@ -22,7 +22,7 @@ from oracle import template_env, template_sandbox
 from specgate.gates import test_render as gate
 from specgate.supply.models import model_ref
 from specgate.upkeep.corpus import constructs_model
-from tests.gate_request import gate_request
+from tests.gate_request import run_gate
 from tests.oracle import template_checks as checks
 
 # Only templates that are harmless when run unsandboxed (introspection, no calls
@@ -81,44 +81,24 @@ REJECTED = "27_rejected_missing_content/gen"
 
 def test_chatml_fallback_is_caught_by_the_render_gate(specgate, monkeypatch):
     model = model_ref(MODEL)
-    gate.test_render(
-        OracleEngine(),
-        model,
-        MODEL,
-        REJECTED,
-        specgate.snapshot_cases(model, "render")[REJECTED],
-        request=gate_request(),
-    )  # the real oracle refuses, as transformers does
+    recorded = specgate.snapshot_cases(model, "render")[REJECTED]
+    run_gate(
+        gate.test_render, OracleEngine(), model, MODEL, REJECTED, recorded
+    )  # the oracle refuses, as transformers
     monkeypatch.setattr(tpl.ChatTemplate, "render", chatml_on_error())
     with pytest.raises(
         pytest.fail.Exception, match=rf"stage render, model {MODEL}, case {REJECTED}: the reference refuses"
     ):
-        gate.test_render(
-            OracleEngine(),
-            model,
-            MODEL,
-            REJECTED,
-            specgate.snapshot_cases(model, "render")[REJECTED],
-            request=gate_request(),
-        )
+        run_gate(gate.test_render, OracleEngine(), model, MODEL, REJECTED, recorded)
 
 
 def test_chatml_fallback_is_caught_by_the_construct_gate(specgate, monkeypatch):
     case = "51_raise_exception_message"
-    gate.test_render_template(
-        OracleEngine(),
-        case,
-        specgate.snapshot_cases(constructs_model(), "render_template")[case],
-        request=gate_request(),
-    )
+    recorded = specgate.snapshot_cases(constructs_model(), "render_template")[case]
+    run_gate(gate.test_render_template, OracleEngine(), case, recorded)
     monkeypatch.setattr(tpl, "render_template", chatml_template_on_error())
     with pytest.raises(pytest.fail.Exception, match=rf"case {case} .*the reference refuses"):
-        gate.test_render_template(
-            OracleEngine(),
-            case,
-            specgate.snapshot_cases(constructs_model(), "render_template")[case],
-            request=gate_request(),
-        )
+        run_gate(gate.test_render_template, OracleEngine(), case, recorded)
 
 
 @pytest.mark.parametrize("dropped", ["construct", "line"])

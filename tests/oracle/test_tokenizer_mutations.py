@@ -31,7 +31,7 @@ from oracle.tokenizer import Tokenizer
 from specgate.gates import test_tokenizer as gate
 from specgate.supply.derive import write_vocab_only, writer_value
 from specgate.supply.models import model_ref
-from tests.gate_request import gate_request
+from tests.gate_request import run_gate
 
 GATE_FAILED = pytest.fail.Exception
 
@@ -59,30 +59,15 @@ def cached(specgate, model_id: str):
 
 def test_dropping_the_trailing_space_arm_fails_split(specgate, engine, monkeypatch):
     model, case = cached(specgate, "qwen3-vocab"), "ws-runs-2-5"
-    gate.test_split(
-        engine, model, model.id, case, specgate.snapshot_cases(model, "split")[case], request=gate_request()
-    )
+    split, encode = specgate.snapshot_cases(model, "split")[case], specgate.snapshot_cases(model, "encode")
+    run_gate(gate.test_split, engine, model, model.id, case, split)
     monkeypatch.setattr(
         pretokenize, "ARMS", tuple(a for a in pretokenize.ARMS if a is not pretokenize.trailing_space)
     )
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[split\] model {model.id}, case {case}: pieces differ"):
-        gate.test_split(
-            engine,
-            model,
-            model.id,
-            case,
-            specgate.snapshot_cases(model, "split")[case],
-            request=gate_request(),
-        )
+        run_gate(gate.test_split, engine, model, model.id, case, split)
     with pytest.raises(GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case}/plain"):
-        gate.test_encode(
-            engine,
-            model,
-            model.id,
-            f"{case}/plain",
-            specgate.snapshot_cases(model, "encode")[f"{case}/plain"],
-            request=gate_request(),
-        )
+        run_gate(gate.test_encode, engine, model, model.id, f"{case}/plain", encode[f"{case}/plain"])
 
 
 def test_whole_piece_shortcut_fails_encode(specgate, engine, monkeypatch):
@@ -93,7 +78,7 @@ def test_whole_piece_shortcut_fails_encode(specgate, engine, monkeypatch):
     model, case_id = cached(specgate, "qwen3.6-vocab"), "vocab-unreachable-entries/plain"
     recorded = specgate.snapshot_cases(model, "encode")[case_id]
     case = {key: recorded[key] for key in ("text", "parse_special", "ids")}
-    gate.test_encode(engine, model, model.id, case_id, case, request=gate_request())
+    run_gate(gate.test_encode, engine, model, model.id, case_id, case)
     merged = Tokenizer.encode_piece
 
     def encode_piece_with_shortcut(self: Tokenizer, piece: str) -> list[int]:
@@ -105,14 +90,13 @@ def test_whole_piece_shortcut_fails_encode(specgate, engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case_id} .*first divergence"
     ):
-        gate.test_encode(engine, model, model.id, case_id, case, request=gate_request())
+        run_gate(gate.test_encode, engine, model, model.id, case_id, case)
 
 
 def test_latest_special_first_fails_encode(specgate, engine, monkeypatch):
     model, case = cached(specgate, "qwen2.5-coder-0.5b-instruct"), "special-chatml/special"
-    gate.test_encode(
-        engine, model, model.id, case, specgate.snapshot_cases(model, "encode")[case], request=gate_request()
-    )
+    recorded = specgate.snapshot_cases(model, "encode")[case]
+    run_gate(gate.test_encode, engine, model, model.id, case, recorded)
 
     def find_latest(self: SpecialScanner, text: str, start: int) -> tuple[int, str] | None:
         best = None
@@ -131,14 +115,7 @@ def test_latest_special_first_fails_encode(specgate, engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case} .*first divergence at index 0"
     ):
-        gate.test_encode(
-            engine,
-            model,
-            model.id,
-            case,
-            specgate.snapshot_cases(model, "encode")[case],
-            request=gate_request(),
-        )
+        run_gate(gate.test_encode, engine, model, model.id, case, recorded)
 
 
 def vocabulary_without(source: Path, token: str, out: Path) -> Path:
@@ -160,15 +137,13 @@ def test_id_zero_for_unknown_piece_fails_encode(specgate, engine, monkeypatch, r
     model = type(base)(id="qwen3-vocab-without-the", gguf=path, sha256="-", role="vocab-only")
     text, case_id = "the cat", "the-cat/plain"
     case = {"text": text, "parse_special": False, "ids": reference("llamacpp").encode(model, text, False)}
-    gate.test_encode(
-        engine, model, model.id, case_id, case, request=gate_request()
-    )  # byte fallback: t, h, e — as llama.cpp
+    run_gate(gate.test_encode, engine, model, model.id, case_id, case)  # byte fallback: t, h, e, as llama.cpp
     engine = fresh(monkeypatch)
     monkeypatch.setattr(bpe, "to_ids", lambda symbols, vocab: [vocab.get(s, 0) for s in symbols])
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[encode\] model {model.id}, case {case_id} .*first divergence at index 0"
     ):
-        gate.test_encode(engine, model, model.id, case_id, case, request=gate_request())
+        run_gate(gate.test_encode, engine, model, model.id, case_id, case)
 
 
 def test_lossy_decode_fails_decode(specgate, engine, monkeypatch):
@@ -176,9 +151,8 @@ def test_lossy_decode_fails_decode(specgate, engine, monkeypatch):
     # that ends inside a character; the decode snapshot holds such single-token cases.
     model = cached(specgate, "qwen2.5-coder-0.5b-instruct")
     case = next(c for c in specgate.snapshot_cases(model, "decode") if c.startswith("token-"))
-    gate.test_decode(
-        engine, model, model.id, case, specgate.snapshot_cases(model, "decode")[case], request=gate_request()
-    )
+    recorded = specgate.snapshot_cases(model, "decode")[case]
+    run_gate(gate.test_decode, engine, model, model.id, case, recorded)
     exact = Tokenizer.decode_bytes
     engine = fresh(monkeypatch)
     monkeypatch.setattr(
@@ -187,11 +161,4 @@ def test_lossy_decode_fails_decode(specgate, engine, monkeypatch):
     with pytest.raises(
         GATE_FAILED, match=rf"(?s)\[decode\] model {model.id}, case {case}: bytes differ .* at byte \d"
     ):
-        gate.test_decode(
-            engine,
-            model,
-            model.id,
-            case,
-            specgate.snapshot_cases(model, "decode")[case],
-            request=gate_request(),
-        )
+        run_gate(gate.test_decode, engine, model, model.id, case, recorded)
