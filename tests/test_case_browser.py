@@ -16,7 +16,7 @@ from specgate.reports import browser as report_browser
 from specgate.reports import html as report_html
 from specgate.run.verdict import GateRecord
 from specgate.supply import models as model_cache
-from tests.cdp import Chromium
+from tests.case_browser_page import case_browser
 from tests.engines.parity_run import run_parity, script_impl
 from tests.test_report_html import chromium
 
@@ -48,27 +48,6 @@ def test_every_shown_value_is_capped_and_the_page_stays_proportional() -> None:
     assert "characters cut]" in data[0][4]
 
 
-def shown(browser: Chromium) -> tuple[str, int]:
-    return (
-        browser.js("document.getElementById('case-shown').textContent"),
-        browser.js("[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).length"),
-    )
-
-
-def select(browser: Chromium, name: str, value: str) -> None:
-    browser.js(
-        f"(() => {{ const s = document.getElementById({name!r}); s.value = {value!r};"
-        " s.dispatchEvent(new Event('change')); })()"
-    )
-
-
-def search(browser: Chromium, text: str) -> None:
-    browser.js(
-        f"(() => {{ const s = document.getElementById('c-search'); s.value = {json.dumps(text)};"
-        " s.dispatchEvent(new Event('input')); })()"
-    )
-
-
 @pytest.mark.slow
 def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     binary = chromium(request.config)
@@ -82,64 +61,49 @@ def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.Fixt
     outcomes = Counter(c["outcome"] for c in cases)
     assert outcomes["fail"] and outcomes["refused"] and outcomes["pass"], outcomes
 
-    browser = Chromium(binary, tmp_path / "profile")
-    try:
-        seconds = browser.load(page.as_uri())
-        assert seconds < 120, seconds
-        print(f"{n} cases, {page.stat().st_size:,} bytes, loaded in {seconds:.2f} s")
-        assert shown(browser) == (f"{n} of {n} cases shown", n)
+    with case_browser(binary, page, tmp_path / "profile") as browser:
+        assert browser.seconds < 120, browser.seconds
+        print(f"{n} cases, {page.stat().st_size:,} bytes, loaded in {browser.seconds:.2f} s")
+        assert browser.shown() == (f"{n} of {n} cases shown", n)
 
         # the outcome, stage and model selects (the page's filters) choose the rows
-        for outcome, count in outcomes.items():
-            select(browser, "f-outcome", outcome)
-            assert shown(browser) == (f"{count} of {n} cases shown", count), outcome
-        select(browser, "f-outcome", "")
-        for stage, count in Counter(c["stage"] for c in cases).items():
-            select(browser, "f-stage", stage)
-            assert shown(browser)[1] == count, stage
-        select(browser, "f-stage", "")
-        select(browser, "f-model", MODEL)
-        assert shown(browser)[1] == n
+        browser.check_filter("f-outcome", outcomes)
+        browser.check_filter("f-stage", Counter(c["stage"] for c in cases))
+        browser.check_filter("f-model", Counter({MODEL: n}))
 
         # search: a case id of a failing split case finds its cases and nothing else
         failing = next(c for c in cases if c["outcome"] == "fail" and c["stage"] == "split")
-        search(browser, failing["case"])
-        rows = browser.js(
-            "[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).map(r => r.cells[3].textContent)"
-        )
+        browser.search(failing["case"])
+        rows = browser.shown_nodeids()
         assert failing["nodeid"] in rows and all(failing["case"] in r for r in rows), rows
-        search(browser, "")
-        select(browser, "f-outcome", "fail")
+        browser.search("")
+        browser.select("f-outcome", "fail")
         term = failing["case"].split("/")[0]
-        search(browser, term)
-        rows = browser.js(
-            "[...document.querySelectorAll('#cases tr.case')].filter(r => !r.hidden).map(r => r.cells[3].textContent)"
-        )
+        browser.search(term)
+        rows = browser.shown_nodeids()
         expected = [c["nodeid"] for c in cases if c["outcome"] == "fail" and term in c["nodeid"]]
         assert sorted(rows) == sorted(expected) and len(rows) >= 2, (term, rows)
 
         # a click opens a case: its input with the combining accent escaped, the
         # reference's ids, the first divergence
-        search(browser, "combining-acute/plain")
-        select(browser, "f-outcome", "")
-        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
-        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        browser.search("combining-acute/plain")
+        browser.select("f-outcome", "")
+        detail = browser.open_first_shown()
         assert "cafe\\u0301" in detail and "\u0301" not in detail, detail
         assert re.search(r"the reference's answer:\n\[\d+,", detail), detail  # its ids
 
         # a failing case shows the engine's own answer next to the reference's, windowed
         # at the first divergence (marked ▶), and their diff with visible whitespace
-        search(browser, failing["nodeid"])
-        select(browser, "f-outcome", "")
-        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
-        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        browser.search(failing["nodeid"])
+        browser.select("f-outcome", "")
+        detail = browser.open_first_shown()
         engine = detail.split("the engine's answer:\n", 1)[1]
         assert engine.startswith(("▶", "·", "…")) and "▶" in engine.split("the first divergence")[0], detail
         assert "in a whitespace run" in detail and "\n-▶·" in detail and "\n+▶·" in detail, detail
 
         # sort by outcome: the visible rows come in order
-        search(browser, "")
-        select(browser, "c-sort", "2")
+        browser.search("")
+        browser.select("c-sort", "2")
         order = browser.js(
             "[...document.querySelectorAll('#cases tr.case')].map(r => r.cells[0].textContent)"
         )
@@ -152,10 +116,5 @@ def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.Fixt
         assert sum(count for count, _ in groups) == outcomes["refused"], groups
         assert any("decode of more than 40 ids" in text for _, text in groups), groups
 
-        select(browser, "f-outcome", "fail")
-        browser.js("document.getElementById('browser').scrollIntoView()")
-        shot = browser.screenshot(tmp_path / "case-browser.png")
-        assert shot.stat().st_size > 10_000
-        print(f"screenshot: {shot}")
-    finally:
-        browser.close()
+        browser.select("f-outcome", "fail")
+        browser.screenshot(tmp_path / "case-browser.png")

@@ -16,9 +16,8 @@ import pytest
 from specgate.plugin import model_missing
 from specgate.reports import html as report_html
 from specgate.supply import models as model_cache
-from tests.cdp import Chromium
+from tests.case_browser_page import case_browser
 from tests.engines.parity_run import run_parity, script_impl
-from tests.test_case_browser import search, select, shown
 from tests.test_report_html import chromium
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -74,42 +73,24 @@ def test_the_case_browser_at_5000_cases(tmp_path: Path, request: pytest.FixtureR
     size = page.stat().st_size
     assert size < BYTES_PER_CASE * n, size
 
-    browser = Chromium(binary, tmp_path / "profile")
-    try:
-        seconds = browser.load(page.as_uri())
+    with case_browser(binary, page, tmp_path / "profile") as browser:
         print(
             f"{n:,} cases; HTML {size:,} bytes ({size / n:,.0f} per case), JSON {json_path.stat().st_size:,} bytes; "
-            f"page built in {built:.2f} s, loaded in chromium in {seconds:.2f} s"
+            f"page built in {built:.2f} s, loaded in chromium in {browser.seconds:.2f} s"
         )
-        assert seconds < LOAD_SECONDS, seconds
-        assert shown(browser) == (f"{n} of {n} cases shown", n)
-        for outcome, count in Counter(c["outcome"] for c in cases).items():
-            select(browser, "f-outcome", outcome)
-            assert shown(browser) == (f"{count} of {n} cases shown", count), outcome
-        select(browser, "f-outcome", "")
-        for model, count in Counter(c["model"] for c in cases).items():
-            select(browser, "f-model", model)
-            assert shown(browser)[1] == count, model
-        select(browser, "f-model", "")
-        for stage, count in Counter(c["stage"] for c in cases).items():
-            select(browser, "f-stage", stage)
-            assert shown(browser)[1] == count, stage
-        select(browser, "f-stage", "")
+        assert browser.seconds < LOAD_SECONDS, browser.seconds
+        assert browser.shown() == (f"{n} of {n} cases shown", n)
+        for name, field in (("f-outcome", "outcome"), ("f-model", "model"), ("f-stage", "stage")):
+            browser.check_filter(name, Counter(c[field] for c in cases))
 
         # search: one failing case of the second run by its id, then a text only in
         # the engine answers (a token the NFC engine composes)
         failing = next(c for c in cases if c["outcome"] == "fail" and c["nodeid"].startswith("fixable::"))
-        search(browser, failing["nodeid"])
-        assert shown(browser)[1] == 1
-        browser.js("document.querySelector('#cases tr.case:not([hidden])').click()")
-        detail = browser.js("document.querySelector('#cases tr.detail').innerText")
+        browser.search(failing["nodeid"])
+        assert browser.shown()[1] == 1
+        detail = browser.open_first_shown()
         assert "the engine's answer:\n" in detail and "(not recorded)" not in detail, detail
         assert failing["answers"]["engine"].split("\n")[0].replace(" ", "·") in detail, detail
-        search(browser, "")
-        assert shown(browser)[1] == n
-        browser.js("document.getElementById('browser').scrollIntoView()")
-        shot = browser.screenshot(tmp_path / "case-browser-5k.png")
-        assert shot.stat().st_size > 10_000
-        print(f"screenshot: {shot}")
-    finally:
-        browser.close()
+        browser.search("")
+        assert browser.shown()[1] == n
+        browser.screenshot(tmp_path / "case-browser-5k.png")
