@@ -17,10 +17,8 @@ import shlex
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from impl.http.transport import MAX_BODY_BYTES
 from impl.process import lifeline
 from impl.process.client import MAX_LINE_BYTES
 from impl.protocol import EngineError
+from tests.engines.loopback import JsonHandler, serving
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -131,7 +130,7 @@ def test_an_endless_stdout_line_is_an_error_at_the_line_bound(tmp_path: Path) ->
 # --- http: body size and the whole request's time -------------------------------------
 
 
-class Misbehaving(BaseHTTPRequestHandler):
+class Misbehaving(JsonHandler):
     """Routes by the first path segment: how the answer misbehaves."""
 
     def do_GET(self) -> None:
@@ -170,19 +169,11 @@ class Misbehaving(BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(2)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Misbehaving)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Misbehaving) as url:
+        yield url
 
 
 @pytest.mark.parametrize("mode", ["endless", "declared-huge"])

@@ -13,12 +13,8 @@ import json
 import re
 import shutil
 import subprocess
-import threading
-from collections.abc import Iterator
 from html.parser import HTMLParser
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +24,7 @@ from impl.protocol import EngineError, ModelRef
 from specgate.plugin import model_missing, setup_missing
 from specgate.reports import html as report_html
 from specgate.supply import models as model_cache
+from tests.engines.loopback import JsonHandler, serving
 from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 HOSTILE = Path(__file__).resolve().parent / "hostile_engine.py"
@@ -94,47 +91,26 @@ def test_huge_render_answers_through_cmd_end_in_a_report(tmp_path: Path, size: i
         assert len(case["message"]) < 2000
 
 
-class FakeLlamaServer(BaseHTTPRequestHandler):
+class FakeLlamaServer(JsonHandler):
     """llama.cpp's server as far as the probe and the answers under test go."""
-
-    def _send(self, body: bytes, status: int = 200) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        with contextlib.suppress(OSError):
-            self.wfile.write(body)
 
     def do_GET(self) -> None:
         if self.path == "/props":
-            self._send(b"{}")
+            self.send_json(b"{}")
         else:
-            self._send(b'{"error": "no"}', 404)
+            self.send_json(b'{"error": "no"}', 404)
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         answer = self.server.answers.get(self.path)  # type: ignore[attr-defined]
         if answer is None:
-            self._send(b'{"error": "no"}', 404)
+            self.send_json(b'{"error": "no"}', 404)
         else:
-            self._send(answer)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+            self.send_json(answer)
 
 
-@contextlib.contextmanager
-def fake_server(answers: dict[str, bytes]) -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeLlamaServer)
-    httpd.daemon_threads = True
-    httpd.answers = answers  # type: ignore[attr-defined]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def fake_server(answers: dict[str, bytes]) -> contextlib.AbstractContextManager[str]:
+    return serving(FakeLlamaServer, answers=answers)
 
 
 def test_a_20mb_apply_template_answer_through_http_ends_in_a_report(tmp_path: Path) -> None:

@@ -13,9 +13,7 @@ spread the unnamed mass over the vocabulary and failed 9 of 13 prompts with mean
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from impl.named_logprobs import NamedLogprobs
 from specgate.checks.logit_named import compare_named
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
+from tests.engines.loopback import LlamaCppPythonHandler, serving
 from tests.engines.parity_run import ROOT, run_parity
 
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"
@@ -86,39 +85,17 @@ def lossy_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
         model_missing(str(exc))
     names = LossyNames(gguf, request.param)
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
+    class Lossy(LlamaCppPythonHandler):
+        paths = ("/extras/tokenize", "/v1/completions")
+        model = str(gguf)
 
-        def _answer(self, value: Any) -> None:
-            data = json.dumps(value).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path == "/openapi.json":
-                self._answer({"paths": {"/extras/tokenize": {}, "/v1/completions": {}}})
-            else:
-                self._answer({"data": [{"id": str(gguf)}]})
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        def post(self, body: dict[str, Any]) -> Any:
             if self.path == "/extras/tokenize":
-                self._answer({"tokens": names.prompts[body["input"]][0]})
-            else:
-                self._answer(names.completion(body))
+                return {"tokens": names.prompts[body["input"]][0]}
+            return names.completion(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", request.param
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Lossy) as url:
+        yield url, request.param
 
 
 @pytest.mark.slow  # pytest over the 13 logits prompts of the 0.5B model, in a subprocess (~7 s each)
