@@ -7,7 +7,6 @@ from __future__ import annotations
 import types
 from typing import Any
 
-import numpy as np
 import pytest
 
 import impl.oracle
@@ -17,23 +16,10 @@ from specgate.gates import test_generate as generate_gate
 from specgate.gates import test_sample as gate
 from specgate.plugin import SpecgateSession
 from specgate.supply.models import model_ref
+from tests.engines.mutants.sampler_top_p_ge import top_p_ge
 from tests.oracle import test_decode_loop as stops
 
 MODEL = "qwen2.5-coder-0.5b-instruct"
-
-
-def top_p_greater_or_equal(logits, p):
-    """top-p that stops as soon as the cumulative probability reaches p (>=)."""
-    nucleus = p["top_p"]
-    if nucleus <= 0.0 or nucleus >= 1.0:
-        return logits
-    probs = sampler.softmax(logits)
-    order = np.argsort(-probs, kind="stable")
-    crossed = np.flatnonzero(np.cumsum(probs[order]) >= nucleus)
-    out = np.full_like(logits, -np.inf)
-    keep = order[: crossed[0] + 1 if len(crossed) else len(order)]
-    out[keep] = logits[keep]
-    return out
 
 
 def penalty_window_63(logits, p):
@@ -43,7 +29,7 @@ def penalty_window_63(logits, p):
 SAMPLER_MUTATIONS = {
     "top-p with >= instead of >": (
         "top_p",
-        top_p_greater_or_equal,
+        top_p_ge,  # the sample mutant engine's defect
         "crafted-quarters/top-p-exact-0.75",
         "after step 2 \\(top_p\\): candidate set differs",
     ),
