@@ -408,7 +408,3 @@ CATALOGUE: tuple[Hypothesis, ...] = tuple(
             "its high one) instead of the 16 low nibbles then the 16 high ones", q4_0="interleaved"),
     )
 )  # fmt: skip
-
-
-def for_stage(stage: str) -> list[Hypothesis]:
-    return [h for h in CATALOGUE if h.stage == stage]

@@ -174,10 +174,6 @@ CATALOGUE: tuple[Hypothesis, ...] = (
 )  # fmt: skip
 
 
-def for_stage(stage: str) -> list[Hypothesis]:
-    return [h for h in CATALOGUE if h.stage == stage]
-
-
 @functools.lru_cache(maxsize=2)  # a run's exact and quantized rows share the model's streams
 def reference(model: Any) -> ModelStreams:
     """The oracle's decode loop of ``model``."""

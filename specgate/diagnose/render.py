@@ -229,10 +229,6 @@ CATALOGUE: tuple[Hypothesis, ...] = (
 )  # fmt: skip
 
 
-def for_stage(stage: str) -> list[Hypothesis]:
-    return [h for h in CATALOGUE if h.stage == stage]
-
-
 def reference(model: Any) -> ModelTemplate:
     """The oracle's template of ``model`` (none for the construct pseudo model)."""
     from specgate.upkeep import corpus

@@ -31,10 +31,10 @@ from types import ModuleType
 from typing import Any
 
 from specgate.diagnose import forward, generate, render, sampler, tokenizer
-from specgate.diagnose.tokenizer import Hypothesis
+from specgate.diagnose.tokenizer import Hypothesis, of_stage
 from specgate.run.gate import NotApplicable, ReferenceDisagreement, Refused
 
-#: The catalogue of each stage: a module with ``for_stage``, ``reference`` (the oracle's
+#: The catalogue of each stage: a module with ``CATALOGUE``, ``reference`` (the oracle's
 #: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine); optionally
 #: ``case_input`` (a record's input, where triage's cannot give it) and ``REFERENCE`` (evidence).
 CATALOGUES: dict[str, ModuleType] = {
@@ -174,7 +174,7 @@ class Diagnoser:
                 continue
             unanswered = 0
             failing.append(_Case(record, inp, catalogue.answer(stage, m, inp, {}), got))
-        hyps = catalogue.for_stage(stage)
+        hyps = of_stage(catalogue.CATALOGUE, stage)
 
         def deviated(case: _Case, *hs: Hypothesis) -> Any:
             knobs = {k: v for h in hs for k, v in h.knobs}

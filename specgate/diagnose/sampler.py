@@ -225,10 +225,6 @@ CATALOGUE: tuple[Hypothesis, ...] = (
 )  # fmt: skip
 
 
-def for_stage(stage: str) -> list[Hypothesis]:
-    return [h for h in CATALOGUE if h.stage == stage]
-
-
 def reference(model: Any) -> None:
     """The sampler needs no model: a case carries its logits."""
     return None

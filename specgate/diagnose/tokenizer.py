@@ -132,6 +132,11 @@ def _h(name: str, stages: str, cause: str, **knobs: Any) -> list[Hypothesis]:
     return [Hypothesis(name, stage, cause, tuple(sorted(knobs.items()))) for stage in stages.split(",")]
 
 
+def of_stage(catalogue: Sequence[Hypothesis], stage: str) -> list[Hypothesis]:
+    """The hypotheses of a module's ``catalogue`` that explain failures of ``stage``."""
+    return [h for h in catalogue if h.stage == stage]
+
+
 CATALOGUE: tuple[Hypothesis, ...] = (
     *_h("nfc", "split,encode", "normalizes the text to NFC first", normalize="NFC"),
     *_h("nfkc", "split,encode", "normalizes the text to NFKC first", normalize="NFKC"),
@@ -174,10 +179,6 @@ CATALOGUE: tuple[Hypothesis, ...] = (
         control_omitted=True,
     ),
 )  # fmt: skip
-
-
-def for_stage(stage: str) -> list[Hypothesis]:
-    return [h for h in CATALOGUE if h.stage == stage]
 
 
 def reference(model: Any) -> ModelTokenizer:

@@ -36,3 +36,24 @@ def explained(evidence: str) -> int:
     one ``k of n failing …`` per row (a cause seen on several rows is one group, its rows'
     evidence joined)."""
     return sum(int(k) for k in re.findall(r"(?:^|; )(\d+) of \d+ failing ", evidence))
+
+
+def assert_diagnosed(
+    run: ParityRun, found: set[str], named: set[str], not_named: set[str], label: str
+) -> list[dict]:
+    """The run's diagnoses name every cause of ``named`` and none of the look-alikes
+    ``not_named`` (``label``: the planted defects, for the message); its report's groups."""
+    groups = run.report["groups"]
+    assert found >= named, f"{label}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
+    assert not found & not_named, f"{label}: a look-alike was diagnosed: {sorted(found & not_named)}"
+    return groups
+
+
+def assert_evidence_explains(groups: list[dict], reference_says: str) -> None:
+    """Each diagnosed group's evidence counts its cases (``k of n failing …``) that the
+    deviated reference explains, says what it is (``reference_says``), and its count
+    is the cases it explains."""
+    for g in groups:
+        if g.get("diagnosis"):
+            assert g["evidence"].split(" of ")[0].isdigit() and reference_says in g["evidence"], g["evidence"]
+            assert g["count"] == explained(g["evidence"])

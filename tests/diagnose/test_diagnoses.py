@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose.tokenizer import CATALOGUE
-from tests.diagnose.planted import diagnosed, explained
+from tests.diagnose.planted import assert_diagnosed, assert_evidence_explains, diagnosed
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
 MODEL = "qwen3-vocab"
@@ -48,15 +48,5 @@ def test_a_planted_bug_is_diagnosed_by_name(
     tmp_path: Path, defects: str, stages: str, named: set[str], not_named: set[str]
 ) -> None:
     run, found = diagnosed(tmp_path, ENGINE, defects, stages, MODEL, CAUSE)
-    groups = run.report["groups"]
-    assert found >= named, f"{defects}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
-    assert not found & not_named, f"{defects}: a look-alike was diagnosed: {sorted(found & not_named)}"
-    if not named:
-        assert not (found & not_named)
-    for g in groups:
-        if g.get("diagnosis"):
-            assert (
-                g["evidence"].split(" of ")[0].isdigit()
-                and " equal the GGUF pipeline's answer" in g["evidence"]
-            )
-            assert g["count"] == explained(g["evidence"])
+    groups = assert_diagnosed(run, found, named, not_named, defects)
+    assert_evidence_explains(groups, " equal the GGUF pipeline's answer")

@@ -14,6 +14,7 @@ from oracle.forward import Model
 from oracle.gguf import open_gguf
 from specgate.checks import logits as logits_check
 from specgate.diagnose import forward, run
+from specgate.diagnose.tokenizer import of_stage
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from specgate.supply.models import model_ref
@@ -51,7 +52,7 @@ def test_without_knobs_the_deviated_forward_is_the_oracle_and_meets_transformers
 @pytest.mark.slow  # 10 hypotheses × 4 models × 2 prompts: ~20 s of CPU
 def test_every_hypothesis_shows_on_some_tiny_model_in_the_exact_class() -> None:
     refs = [(forward.reference(_model(m)), snapshots.load(_model(m), "logits")) for m in MODELS]
-    for h in forward.for_stage("logits/exact"):
+    for h in of_stage(forward.CATALOGUE, "logits/exact"):
         knobs = dict(h.knobs)
         shows = []
         for m, cases in refs:
@@ -79,7 +80,7 @@ def test_the_knobs_apply_only_where_the_model_has_what_they_deviate() -> None:
 def test_a_group_two_diagnoses_both_explain_names_both() -> None:
     """The greedy grouping (``run._groups``) gives the cases to one diagnosis; where another
     explains every one of them too, the group's cause says the cases cannot tell them apart."""
-    a, b, c = forward.for_stage("logits/exact")[:3]
+    a, b, c = of_stage(forward.CATALOGUE, "logits/exact")[:3]
     records = [SimpleNamespace(nodeid=f"case{i}") for i in range(3)]
     cases = [run._Case(r, {}, None) for r in records]
     alone = {a: {"case0", "case1", "case2"}, b: {"case0", "case1", "case2"}, c: {"case0"}}

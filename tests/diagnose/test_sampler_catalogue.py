@@ -13,6 +13,7 @@ from specgate.checks import sample as sample_checks
 from specgate.diagnose import generate, sampler
 from specgate.diagnose.generate import GenerateAnswer
 from specgate.diagnose.sampler import SampleAnswer
+from specgate.diagnose.tokenizer import of_stage
 from specgate.supply import models
 from specgate.upkeep import snapshots
 
@@ -83,13 +84,13 @@ def test_without_knobs_the_deviated_decode_loop_is_the_oracle_and_reproduces_the
             }, case_id  # fmt: skip
         else:
             assert got["ids"] == case["references"]["transformers"]["ids"], case_id
-        for h in generate.for_stage("generate/exact"):
+        for h in of_stage(generate.CATALOGUE, "generate/exact"):
             if generate.applies("generate/exact", m, inp, dict(h.knobs)):
                 shown = generate.answer("generate/exact", m, inp, dict(h.knobs))
                 assert isinstance(shown, GenerateAnswer)
     shows = {
         h.name
-        for h in generate.for_stage("generate/exact")
+        for h in of_stage(generate.CATALOGUE, "generate/exact")
         for case in cases.values()
         if generate.applies("generate/exact", m, case, dict(h.knobs))
         and generate.answer("generate/exact", m, case, dict(h.knobs))

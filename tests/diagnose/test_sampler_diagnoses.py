@@ -17,7 +17,7 @@ import pytest
 
 from specgate.diagnose import generate, sampler
 from specgate.reports.text_safety import md_text
-from tests.diagnose.planted import diagnosed
+from tests.diagnose.planted import assert_diagnosed, diagnosed
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
 FIXABLE = ENGINES / "fixable_sampler.py"
@@ -64,9 +64,7 @@ def test_a_planted_sampler_or_generate_bug_is_diagnosed_by_name(
 ) -> None:
     engine, defects = _engine(planted)
     run, found = diagnosed(tmp_path, engine, defects, stage, MODEL, CAUSE)
-    groups = run.report["groups"]
-    assert found >= named, f"{planted}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
-    assert not found & not_named, f"{planted}: a look-alike was diagnosed: {sorted(found & not_named)}"
+    groups = assert_diagnosed(run, found, named, not_named, planted)
     if named:  # the diagnosed cause heads the report, with its evidence
         first = groups[0]
         assert first.get("diagnosis") and any(CAUSE[n] == first["diagnosis"] for n in named)
@@ -103,6 +101,4 @@ def test_a_planted_utf8_bug_is_diagnosed_by_name_on_the_real_model(
         tmp_path, FIXABLE, defects, "generate", model, CAUSE,
         "-k", "stop-after-split-character and exact", env={"SPECGATE_CMD_TIMEOUT": "900"},
     )  # fmt: skip
-    groups = run.report["groups"]
-    assert found >= named, f"{defects}: diagnosed {sorted(found)}; groups: {[g['signature'] for g in groups]}"
-    assert not found & not_named, f"{defects}: a look-alike was diagnosed: {sorted(found & not_named)}"
+    assert_diagnosed(run, found, named, not_named, defects)

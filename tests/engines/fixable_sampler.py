@@ -9,14 +9,12 @@ diagnosis catalogue (top-p ≥ and stop strings per token are the mutants of ``m
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
 import numpy as np
+from planted_defects import serve_with_defects  # the sibling module (this script's folder is on sys.path)
 
-from impl.process.server import serve
-from impl.registry import resolve
 from oracle import decode_loop, sampler
 
 
@@ -130,14 +128,5 @@ DEFECTS = {
 }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(DEFECTS)}")
-    args = parser.parse_args(argv)
-    for name in filter(None, args.defects.split(",")):
-        DEFECTS[name]()
-    return serve(resolve("oracle"))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve_with_defects(DEFECTS))

@@ -9,15 +9,13 @@ served oracle's modules, rewrite template sources, or wrap its answers).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 
 import jinja2.utils
+from planted_defects import serve_with_defects  # the sibling module (this script's folder is on sys.path)
 
-from impl.process.server import serve
-from impl.registry import resolve
 from oracle import template, template_env, template_sandbox
 
 
@@ -127,8 +125,4 @@ DEFECTS = {
 }
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(DEFECTS)}")
-    for name in filter(None, parser.parse_args().defects.split(",")):
-        DEFECTS[name]()
-    sys.exit(serve(resolve("oracle")))
+    sys.exit(serve_with_defects(DEFECTS))

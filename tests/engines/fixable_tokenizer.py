@@ -9,13 +9,12 @@ the diagnosis catalogue.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import unicodedata
 
+from planted_defects import serve_with_defects  # the sibling module (this script's folder is on sys.path)
+
 from impl.oracle import OracleEngine
-from impl.process.server import serve
-from impl.registry import resolve
 from oracle import pretokenize
 from oracle.tokenizer import Tokenizer
 
@@ -106,8 +105,4 @@ DEFECTS = {
 }
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(DEFECTS)}")
-    for name in filter(None, parser.parse_args().defects.split(",")):
-        DEFECTS[name]()
-    sys.exit(serve(resolve("oracle")))
+    sys.exit(serve_with_defects(DEFECTS))

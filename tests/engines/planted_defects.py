@@ -1,0 +1,22 @@
+"""The command line of the planted-defect engines (``fixable_*.py``): the oracle served
+over the engine protocol with the defects named by ``--defects=a,b`` planted first
+(each a function of the script's ``DEFECTS`` that patches the oracle in this process).
+
+Imported by those scripts as ``planted_defects`` (their folder is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+
+from impl.process.server import serve
+from impl.registry import resolve
+
+
+def serve_with_defects(defects: Mapping[str, Callable[[], object]], argv: Sequence[str] | None = None) -> int:
+    """Plant the defects named on the command line, then serve the oracle until stdin ends."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(defects)}")
+    for name in filter(None, parser.parse_args(argv).defects.split(",")):
+        defects[name]()
+    return serve(resolve("oracle"))
