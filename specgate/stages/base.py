@@ -22,6 +22,9 @@ class Verdict:
 Replay = Callable[[Any, Any, Any, dict[str, Any], str], Verdict]
 #: ``(snapshot case, constructs) -> input``: the replayable input a recorded case carries.
 CaseInput = Callable[[dict[str, Any], bool], dict[str, Any]]
+#: ``(reference adapters or their answers, ...) -> cases``: how the stage's snapshot cases
+#: are built from the references (arguments per stage: ``specgate.stages.<family>_cases``).
+Build = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,10 @@ class Stage:
     as separate matrix rows (``<stage>/<class>``), none for a stage judged once;
     ``snapshot`` the snapshot file its cases come from (``snapshots/<model>/<snapshot>.json``);
     ``replay`` and ``case_input`` how a failing case is replayed on a new input and
-    shrunk (``specgate.run.triage``; None: it cannot be replayed)."""
+    shrunk (``specgate.run.triage``; None: it cannot be replayed); ``build`` how its
+    snapshot's cases are built from the references (the reference adapters, or their
+    answers, are its arguments: ``tests/references`` fetches them, calls it and writes
+    the snapshot; it imports no reference library itself)."""
 
     name: str
     capability: str
@@ -42,6 +48,7 @@ class Stage:
     classes: tuple[str, ...] = ()
     replay: Replay | None = None
     case_input: CaseInput | None = None
+    build: Build | None = None
 
     @property
     def rows(self) -> tuple[str, ...]:

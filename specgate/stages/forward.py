@@ -2,7 +2,9 @@
 conformance classes), sample (the sampler chain; no model) and generate (greedy
 streams with stop strings, two classes). A replay on a new input judges with the
 gate's own comparison (``specgate.checks.<stage>``), the oracle's answer standing in
-for the recorded references."""
+for the recorded references. Their cases are built from the references by
+``specgate.stages.forward_cases`` (one prompt's case at a time: the recorders hold one
+reference's weights at a time), ``sample_cases`` and ``generate_cases``."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ from typing import Any
 
 from impl.protocol import CONFORMANCE_CLASSES  # PROTOCOL.md, "Conformance classes"
 from specgate.stages.base import Stage, Verdict
-
-#: A draw whose r lies this close to a cumulative-probability boundary is not compared.
-DRAW_MARGIN = 1e-4
+from specgate.stages.forward_cases import logits_case, trace_case
+from specgate.stages.generate_cases import generate_cases
+from specgate.stages.sample_cases import DRAW_MARGIN, sample_cases
 
 
 def _claimed(engine: Any, conformance_class: str) -> None:
@@ -92,12 +94,13 @@ def replay_generate(
 
 LOGITS = Stage(
     "logits", capability="logits", snapshot="logits", classes=CONFORMANCE_CLASSES, replay=replay_logits,
-    case_input=lambda case, _constructs: {"ids": list(case["ids"])},
+    case_input=lambda case, _constructs: {"ids": list(case["ids"])}, build=logits_case,
 )  # fmt: skip
 #: The sampler's cases are replayed only from reproducer files (the search writes them): no case_input.
-SAMPLE = Stage("sample", capability="sample", snapshot="sample", replay=replay_sample)
+SAMPLE = Stage("sample", capability="sample", snapshot="sample", replay=replay_sample, build=sample_cases)
 #: Generate reproducers come from the search (stop-string cases); recorded cases are not replayed.
 GENERATE = Stage(
-    "generate", capability="generate", snapshot="generate", classes=CONFORMANCE_CLASSES, replay=replay_generate
+    "generate", capability="generate", snapshot="generate", classes=CONFORMANCE_CLASSES, replay=replay_generate,
+    build=generate_cases,
 )  # fmt: skip
-TRACE = Stage("trace", capability="trace", snapshot="trace", classes=CONFORMANCE_CLASSES)
+TRACE = Stage("trace", capability="trace", snapshot="trace", classes=CONFORMANCE_CLASSES, build=trace_case)

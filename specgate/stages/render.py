@@ -2,13 +2,15 @@
 or a construct template through ``render_template``) and ``template`` (the rendered
 prompt's token ids). One answer rule serves the gate and a replay on a new input:
 ``specgate.checks.render.answer`` (a refusal where the reference renders is
-``refused``; a crash an ``error``) and ``specgate.checks.render.check``."""
+``refused``; a crash an ``error``) and ``specgate.checks.render.check``. Their cases are built from the references by
+``specgate.stages.render_cases``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from specgate.stages.base import Stage, Verdict
+from specgate.stages.render_cases import render_cases, template_cases
 
 #: The construct templates' snapshot (pseudo model ``constructs``), gated as stage ``render``.
 CONSTRUCTS_SNAPSHOT = "render_template"
@@ -45,7 +47,8 @@ def render_input(case: dict[str, Any], constructs: bool) -> dict[str, Any]:
 
 
 RENDER = Stage(
-    "render", capability="render", snapshot="render", replay=replay_render, case_input=render_input
-)
+    "render", capability="render", snapshot="render", replay=replay_render, case_input=render_input,
+    build=render_cases,
+)  # fmt: skip
 #: The template identity gate: render, then encode the prompt (both capabilities; n/a without encode).
-TEMPLATE = Stage("template", capability="render", snapshot="template")
+TEMPLATE = Stage("template", capability="render", snapshot="template", build=template_cases)

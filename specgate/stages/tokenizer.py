@@ -1,13 +1,15 @@
 """The tokenizer stages: split (pre-tokenizer pieces), encode (token ids) and decode
 (bytes). The gates (``specgate/gates/test_tokenizer.py``) and a replay on a new input judge
 with the same comparisons (``specgate.checks.tokenizer``); a replay's reference is the
-oracle, and its messages say so."""
+oracle, and its messages say so. Their cases are built from the references by
+``specgate.stages.tokenizer_cases``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from specgate.stages.base import Stage, Verdict
+from specgate.stages.tokenizer_cases import decode_cases, encode_cases, split_cases
 
 
 def replay_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cls: str = "") -> Verdict:
@@ -43,14 +45,14 @@ def replay_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cl
 
 
 SPLIT = Stage(
-    "split", capability="split", snapshot="split", replay=replay_split,
+    "split", capability="split", snapshot="split", replay=replay_split, build=split_cases,
     case_input=lambda case, _constructs: {"text": case["text"]},
 )  # fmt: skip
 ENCODE = Stage(
-    "encode", capability="encode", snapshot="encode", replay=replay_encode,
+    "encode", capability="encode", snapshot="encode", replay=replay_encode, build=encode_cases,
     case_input=lambda case, _constructs: {"text": case["text"], "parse_special": case["parse_special"]},
 )  # fmt: skip
 DECODE = Stage(
-    "decode", capability="decode", snapshot="decode", replay=replay_decode,
+    "decode", capability="decode", snapshot="decode", replay=replay_decode, build=decode_cases,
     case_input=lambda case, _constructs: {"ids": list(case["ids"])},
 )  # fmt: skip

@@ -1,7 +1,8 @@
 """Record the logits references: per model and prompt, the prompt ids (llama.cpp's
 tokenization of the model's own vocabulary) and, at the recorded positions, the top-k
 tokens, log-probabilities and log-sum-exp of transformers (float32 on the GGUF's
-dequantized weights — the tight reference) and of llama.cpp (the loose one)."""
+dequantized weights — the tight reference) and of llama.cpp (the loose one). Each
+prompt's case is built by ``specgate.stages.forward_cases.logits_case``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from specgate.checks import logit_metrics
 from specgate.checks.logits import logits_drift
 from specgate.plugin import model_missing
+from specgate.stages import STAGES
 from specgate.upkeep import snapshots
-from specgate.upkeep.corpus import POSITIONS, TOP_K, is_tiny, prompts_for
+from specgate.upkeep.corpus import POSITIONS, is_tiny, prompts_for
 from tests.live_logits import forget_logits, reference_logits
 from tests.memory_profile import release_forward_weights
 
@@ -45,15 +47,7 @@ def test_record_logits(request, specgate, reference, forward_model_id):
     for prompt_id, (prompt, ids) in prompts.items():
         positions = logit_metrics.record_positions(len(ids), limit)
         ref_hf, ref_llama = reference_logits(hf, model, ids), llama.logits(model, ids)
-        between = logit_metrics.compare_full(ref_hf, ref_llama, tie_margin=0.0)
-        cases[prompt_id] = {
-            "kind": prompt["kind"],
-            "ids": ids,
-            "positions": positions,
-            "hf": logit_metrics.topk_record(ref_hf, positions, TOP_K),
-            "llamacpp": logit_metrics.topk_record(ref_llama, positions, TOP_K),
-            "llamacpp_vs_hf": {k: float(f"{v:.3g}") for k, v in between.metrics().items()},
-        }
+        cases[prompt_id] = STAGES["logits"].build(prompt, ids, positions, ref_hf, ref_llama)
         if stored and prompt_id in stored:  # the full logits are not kept: judge drift now
             drifts[prompt_id] = logits_drift(model.id, stored[prompt_id], ids, ref_hf, ref_llama)
     llama.release_forward(model)

@@ -4,7 +4,8 @@ transformers (float32 on the GGUF's dequantized weights, hooked: the exact class
 from llama.cpp (its graph evaluation callback: the quantized class). ``result_output``
 is kept at the union of both references' top columns only. Without
 ``--record-references`` the live references are held to the stored ones by the trace
-tolerances: transformers by the exact class's, llama.cpp by the quantized class's."""
+tolerances: transformers by the exact class's, llama.cpp by the quantized class's. Each
+prompt's case is built by ``specgate.stages.forward_cases.trace_case``."""
 
 from __future__ import annotations
 
@@ -13,24 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from impl.process import wire
 from oracle.dispatch import dispatch
 from oracle.gguf import open_gguf
 from oracle.trace import all_points
 from specgate.checks import trace as checks
+from specgate.stages import STAGES
 from specgate.upkeep import snapshots
-from specgate.upkeep.corpus import TRACE_TOKENS, TRACE_TOP_COLUMNS, is_tiny, trace_prompts
+from specgate.upkeep.corpus import TRACE_TOKENS, is_tiny, trace_prompts
 from tests.memory_profile import release_forward_weights
 
 pytestmark = pytest.mark.live
-
-
-def record_form(values: dict[str, np.ndarray], columns: list[int], dtype: str) -> dict[str, Any]:
-    out = {}
-    for point, value in values.items():
-        value = value[:, columns] if point == "result_output" else value
-        out[point] = wire.encode_value(np.ascontiguousarray(value, dtype=dtype))
-    return out
 
 
 def test_record_trace(request, specgate, reference, forward_model_id):
@@ -50,25 +43,9 @@ def test_record_trace(request, specgate, reference, forward_model_id):
     release_forward_weights(hf, model)
     cases: dict[str, Any] = {}
     for prompt_id, ids in prompts.items():
-        ref_hf, ref_llama = from_hf[prompt_id], llama.trace(model, ids, points)
-        top = np.argsort(-ref_hf["result_output"], axis=-1)[:, :TRACE_TOP_COLUMNS]
-        top_llama = np.argsort(-ref_llama["result_output"], axis=-1)[:, :TRACE_TOP_COLUMNS]
-        columns = sorted({int(c) for c in np.concatenate([top, top_llama]).ravel()})
-        between = {
-            p: checks.compare(p, ref_hf[p].astype(np.float64), ref_llama[p], np.inf, 0).rel for p in points
-        }
-        cases[prompt_id] = {
-            "ids": ids,
-            "n_layer": meta["n_layer"],
-            "head_dim": meta["head_dim"],
-            "output_positions": list(range(len(ids))),
-            "output_columns": columns,
-            "hf": record_form(ref_hf, columns, "float32"),
-            # llama.cpp's own rounding is far above float16's (2^-11 relative; the quantized
-            # tolerances are ≥ 1e-2): half the bytes, nothing the gate can see.
-            "llamacpp": record_form(ref_llama, columns, "float16"),
-            "llamacpp_vs_hf": {p: float(f"{v:.3g}") for p, v in between.items()},
-        }
+        cases[prompt_id] = STAGES["trace"].build(
+            ids, meta, points, from_hf[prompt_id], llama.trace(model, ids, points)
+        )
     llama.release_forward(model)
     snapshots.record(
         request, hf, model, "trace", cases,
