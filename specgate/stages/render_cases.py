@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from impl.protocol import Unsupported
@@ -20,16 +21,23 @@ def sha256_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def render_cases(hf: Any, model: Any) -> dict[str, Any]:
-    """Each corpus conversation with transformers' answer: ``{"prompt"}`` or ``{"error"}``."""
+def answered(key: str, render: Callable[[], str]) -> dict[str, Any]:
+    """``{key: render()}``, or ``{"error": ...}`` when the template refuses."""
     from impl.hf.render import template_error
 
+    try:
+        return {key: render()}
+    except Unsupported as exc:
+        return {"error": template_error(exc)}
+
+
+def render_cases(hf: Any, model: Any) -> dict[str, Any]:
+    """Each corpus conversation with transformers' answer: ``{"prompt"}`` or ``{"error"}``."""
     cases = {}
     for case_id, case in corpus.render_cases().items():
-        try:
-            answer = {"prompt": hf.render(model, case.messages, case.add_generation_prompt, **case.kwargs)}
-        except Unsupported as exc:
-            answer = {"error": template_error(exc)}
+        answer = answered(
+            "prompt", lambda c=case: hf.render(model, c.messages, c.add_generation_prompt, **c.kwargs)
+        )
         cases[case_id] = {**case.inputs(), **answer}
     return cases
 
@@ -66,13 +74,8 @@ def template_cases(hf: Any, llama: Any, model: Any) -> dict[str, Any]:
 
 def construct_cases(hf: Any) -> dict[str, Any]:
     """Each construct template with transformers' ``{"output"}`` or ``{"error"}``."""
-    from impl.hf.render import template_error
-
     cases = {}
     for case_id, construct in corpus.constructs().items():
-        try:
-            answer = {"output": hf.render_template(construct["template"], construct["context"])}
-        except Unsupported as exc:
-            answer = {"error": template_error(exc)}
+        answer = answered("output", lambda c=construct: hf.render_template(c["template"], c["context"]))
         cases[case_id] = {**construct, **answer}
     return cases
