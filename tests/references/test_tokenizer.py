@@ -41,7 +41,12 @@ def has_a_vocabulary(model_id: str) -> bool:
 pytestmark = [pytest.mark.live, pytest.mark.applies_to.with_args(has_a_vocabulary)]
 
 
-_encoded: dict[str, dict[str, Any]] = {}
+@pytest.fixture(scope="module")
+def encoded() -> dict[str, dict[str, Any]]:
+    """Each model's encode cases, built once in this module's run: the decode recorder
+    composes its ids from them. Owned by the fixture (no module global), so the decode
+    recorder run alone builds them itself."""
+    return {}
 
 
 def test_record_split(request, reference, model_id, model):
@@ -77,15 +82,15 @@ def cross_references(reference: Any, model: Any) -> dict[str, Any]:
     return refs
 
 
-def encode_cases(reference: Any, model: Any) -> dict[str, Any]:
-    if model.id not in _encoded:
+def encode_cases(reference: Any, model: Any, encoded: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    if model.id not in encoded:
         refs = cross_references(reference, model)
-        _encoded[model.id] = STAGES["encode"].build(reference("llamacpp"), reference("regex"), refs, model)
-    return _encoded[model.id]
+        encoded[model.id] = STAGES["encode"].build(reference("llamacpp"), reference("regex"), refs, model)
+    return encoded[model.id]
 
 
-def test_record_encode(request, reference, model_id, model):
-    recorded = encode_cases(reference, model)
+def test_record_encode(request, reference, model_id, model, encoded):
+    recorded = encode_cases(reference, model, encoded)
     names = {"llamacpp": "llama_tokenize(add_special=False, parse_special=<case>) on the GGUF"}
     for name in cross_references(reference, model):
         names[name] = {
@@ -104,12 +109,17 @@ def test_record_encode(request, reference, model_id, model):
     )
 
 
-def test_record_decode(request, reference, model_id, model):
+def test_record_decode(request, reference, model_id, model, encoded):
     llama = reference("llamacpp")
     tiktoken = reference("tiktoken") if model.tiktoken is not None else None
     others = cross_references(reference, model)
     recorded = STAGES["decode"].build(
-        llama, model, encode_cases(reference, model), others, tiktoken, strict=model_id in TOKENIZER_MODELS
+        llama,
+        model,
+        encode_cases(reference, model, encoded),
+        others,
+        tiktoken,
+        strict=model_id in TOKENIZER_MODELS,
     )
     snapshots.record(
         request,
