@@ -49,6 +49,14 @@ CATALOGUES: dict[str, ModuleType] = {
     "generate/quantized": generate,
 }
 STAGES = tuple(CATALOGUES)
+
+
+def hypotheses_of(stage: str) -> list[Hypothesis]:
+    """The hypotheses that explain failures of ``stage`` (none for a stage not diagnosed)."""
+    catalogue = CATALOGUES.get(stage)
+    return of_stage(catalogue.CATALOGUE, stage) if catalogue else []
+
+
 #: What asking the engine raises besides errors: the gate's outcomes (refused, n/a, disagreement).
 GATE_OUTCOMES = (Refused, NotApplicable, ReferenceDisagreement)
 MAX_CASES_PER_ROW = 200  # failing cases of one (stage, model) put to the engine again
@@ -174,7 +182,7 @@ class Diagnoser:
                 continue
             unanswered = 0
             failing.append(_Case(record, inp, catalogue.answer(stage, m, inp, {}), got))
-        hyps = of_stage(catalogue.CATALOGUE, stage)
+        hyps = hypotheses_of(stage)
 
         def deviated(case: _Case, *hs: Hypothesis) -> Any:
             knobs = {k: v for h in hs for k, v in h.knobs}

@@ -232,10 +232,9 @@ def diagnosis_cause(stage: str, name: str, path: Path | str = "engine.toml") -> 
     """The cause a diagnosed group of ``stage`` carries (its ``diagnosis``) for the
     hypothesis ``name`` of the stage's catalogue (``a+b``: both, as ``Diagnosis.cause``
     joins them); an EcosystemError for a name the catalogue lacks."""
-    from specgate.diagnose.run import CATALOGUES
+    from specgate.diagnose.run import hypotheses_of
 
-    catalogue = CATALOGUES.get(stage)
-    hypotheses = {h.name: h for h in catalogue.for_stage(stage)} if catalogue else {}
+    hypotheses = {h.name: h for h in hypotheses_of(stage)}
     parts = name.split("+")
     if unknown := [p for p in parts if p not in hypotheses]:
         raise EcosystemError(

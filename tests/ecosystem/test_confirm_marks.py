@@ -190,10 +190,9 @@ def test_a_confirm_entry_that_names_no_precise_cause_is_refused(
 
 def group_shapes(stage: str) -> list[dict]:
     """Every diagnosed group a report can hold for ``stage``: one per hypothesis of its catalogue."""
-    from specgate.diagnose.run import CATALOGUES
+    from specgate.diagnose.run import hypotheses_of
 
-    catalogue = CATALOGUES.get(stage)
-    return [diagnosed(stage, h.name) for h in catalogue.for_stage(stage)] if catalogue else []
+    return [diagnosed(stage, h.name) for h in hypotheses_of(stage)]
 
 
 ENTRIES = [
