@@ -44,6 +44,24 @@ export function stringDecodeDivergences(decoded) {
   ];
 }
 
+/** What `fn()` answers, or its error's first line as `<error: …>` (an engine that throws). */
+export function answerOrError(fn) {
+  try {
+    return fn();
+  } catch (error) {
+    return `<error: ${error.message.split("\n")[0]}>`;
+  }
+}
+
+/** Decode of no ids answers the empty string in llama.cpp; `decoded(ids)` is the engine's string. */
+export function emptyDecodeDivergence(decoded) {
+  return {
+    name: "decode of no ids throws instead of answering the empty string (decode error group, ws-empty)",
+    got: () => answerOrError(() => decoded([])),
+    reference: "", // snapshots/<model>/decode.json, case ws-empty: ids [], hex "" (llama.cpp via llama-cpp-python 0.3.36: b"")
+  };
+}
+
 /** One line per divergence ({ name, got: () => engine value, reference }), then exit 0 when
  * every one still reproduces (the engine's value differs from the reference), 1 otherwise. */
 export function reportDivergences(divergences) {

@@ -8,34 +8,19 @@
 
 import { readFileSync } from "node:fs";
 import { TokenizerLoader } from "@lenml/tokenizers";
-import { cachedFiles, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
+import { answerOrError, cachedFiles, emptyDecodeDivergence, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
 
 const files = cachedFiles("qwen3-vocab", ["tokenizer.json", "tokenizer_config.json"]);
 const [tokenizerJSON, tokenizerConfig] = files.map((p) => JSON.parse(readFileSync(p, "utf8")));
 const tokenizer = TokenizerLoader.fromPreTrained({ tokenizerJSON, tokenizerConfig });
 const decoded = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
 
-function rendered(messages) {
-  try {
-    return tokenizer.apply_chat_template(messages, { tokenize: false, add_generation_prompt: true });
-  } catch (error) {
-    return `<error: ${error.message.split("\n")[0]}>`;
-  }
-}
+const rendered = (messages) =>
+  answerOrError(() => tokenizer.apply_chat_template(messages, { tokenize: false, add_generation_prompt: true }));
 
 reportDivergences([
   ...stringDecodeDivergences(decoded),
-  {
-    name: "decode of no ids throws instead of answering the empty string (decode error group, ws-empty)",
-    got: () => {
-      try {
-        return decoded([]);
-      } catch (error) {
-        return `<error: ${error.message.split("\n")[0]}>`;
-      }
-    },
-    reference: "", // snapshots/<model>/decode.json, case ws-empty: ids [], hex "" (llama.cpp via llama-cpp-python 0.3.36: b"")
-  },
+  emptyDecodeDivergence(decoded),
   {
     name: "the bundled Jinja cannot parse Qwen3's own chat template (render refusals, 01_single_user)",
     got: () => rendered([{ role: "user", content: "What is the capital of France?" }]),

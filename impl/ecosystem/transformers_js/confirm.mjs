@@ -9,7 +9,7 @@
 
 import { dirname } from "node:path";
 import { AutoTokenizer, env } from "@huggingface/transformers";
-import { cachedFiles, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
+import { cachedFiles, emptyDecodeDivergence, reportDivergences, stringDecodeDivergences } from "../divergences.mjs";
 
 const [tokenizerJSON] = cachedFiles("qwen3-vocab", ["tokenizer.json", "tokenizer_config.json"]);
 env.allowRemoteModels = false;
@@ -19,17 +19,7 @@ const decoded = (ids) => tokenizer.decode(ids, { skip_special_tokens: false, cle
 
 reportDivergences([
   ...stringDecodeDivergences(decoded),
-  {
-    name: "decode of no ids throws instead of answering the empty string (decode error group, ws-empty)",
-    got: () => {
-      try {
-        return decoded([]);
-      } catch (error) {
-        return `<error: ${error.message.split("\n")[0]}>`;
-      }
-    },
-    reference: "", // snapshots/<model>/decode.json, case ws-empty: ids [], hex "" (llama.cpp via llama-cpp-python 0.3.36: b"")
-  },
+  emptyDecodeDivergence(decoded),
   {
     name: "reasoning_content keeps none of its whitespace: the template's strip('\\n') strips all whitespace (render group, 32_reasoning_content_whitespace_final)",
     got: () =>
