@@ -70,9 +70,9 @@ class Limits:
     """
 
     max_chars: int = 8_000_000
-    max_steps: int = 2_000_000
+    max_steps: int = 500_000
     max_seconds: float = 0.5
-    steps_per_message: int = 20_000
+    steps_per_message: int = 5_000
     seconds_per_message: float = 0.005
     max_int_bits: int = 100_000
     max_items: int = 100_000
@@ -159,6 +159,13 @@ def _resident_bytes(statm_fd: int | None) -> int | None:
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MEMORY_CHECK_EVERY = 256  # steps; a read of /proc/self/statm costs ~10 µs
 BIG_RESULT = 1 << 16  # characters or items: a result this large checks memory at once
+# A step is one unit of work (see ``Limits``): an access, call, filter, test, intercepted
+# operator or loop iteration is one; a macro call costs as much as ~30 loop iterations
+# (jinja2 builds a frame and a context), so it counts ``MACRO_CALL_STEPS``; an operation
+# reading or building a string or list counts a step per ``CHARS_PER_STEP`` characters
+# or items more.
+MACRO_CALL_STEPS = 32
+CHARS_PER_STEP = 1024
 
 
 class Budget:
@@ -171,6 +178,7 @@ class Budget:
     def __init__(self, limits: Limits, n_messages: int = 0) -> None:
         self.limits = limits
         self.steps = 0
+        self._next_memory_check = MEMORY_CHECK_EVERY
         self.max_steps = limits.max_steps + limits.steps_per_message * n_messages
         self.seconds = limits.max_seconds + limits.seconds_per_message * n_messages
         self.deadline = time.monotonic() + self.seconds
@@ -186,13 +194,15 @@ class Budget:
             os.close(self._statm)
             self._statm = None
 
-    def step(self, construct: str) -> None:
-        self.steps += 1
+    def step(self, construct: str, weight: int = 1) -> None:
+        """Count ``weight`` steps of work (see ``Limits``); refuse past a budget."""
+        self.steps += weight
         if self.steps > self.max_steps:
             raise SandboxRefusal(construct, f"render step budget exceeded ({self.max_steps:,} steps)")
         if time.monotonic() > self.deadline:
             raise SandboxRefusal(construct, f"render time budget exceeded ({self.seconds:.2f} s)")
-        if self.steps % MEMORY_CHECK_EVERY == 0:
+        if self.steps >= self._next_memory_check:
+            self._next_memory_check = self.steps + MEMORY_CHECK_EVERY
             self.check_memory(construct)
 
     def memory_growth(self) -> int:
@@ -219,10 +229,17 @@ def current_budget() -> Budget | None:
     return _budget.get()
 
 
-def step(construct: str) -> None:
+def step(construct: str, weight: int = 1) -> None:
     budget = _budget.get()
     if budget is not None:
-        budget.step(construct)
+        budget.step(construct, weight)
+
+
+def step_size(value: Any, construct: str) -> None:
+    """The work of reading or building ``value``: a step per ``CHARS_PER_STEP``
+    characters of a string or items of a list (none for a small one)."""
+    if isinstance(value, (str, list, tuple)) and len(value) >= CHARS_PER_STEP:
+        step(construct, len(value) // CHARS_PER_STEP)
 
 
 def limits() -> Limits:
@@ -231,8 +248,9 @@ def limits() -> Limits:
 
 
 def check_result(value: Any, construct: str) -> None:
-    """A cheap bound on a freshly built value: its length, not a walk; a large one
-    also checks the render's memory at once."""
+    """A cheap bound on a freshly built value: its length, not a walk; building it is
+    counted as work (``step_size``), and a large one also checks the render's memory at
+    once."""
     bounds = limits()
     if isinstance(value, str) and len(value) > bounds.max_chars:
         raise SandboxRefusal(
@@ -240,6 +258,7 @@ def check_result(value: Any, construct: str) -> None:
         )
     if isinstance(value, (list, tuple)) and len(value) > bounds.max_items:
         raise SandboxRefusal(construct, f"list longer than the item bound ({bounds.max_items:,})")
+    step_size(value, construct)
     if isinstance(value, (str, list, tuple)) and len(value) >= BIG_RESULT and (budget := _budget.get()):
         budget.check_memory(construct)
 

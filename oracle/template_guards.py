@@ -30,6 +30,7 @@ from oracle.template_bounds import (
     check_result,
     format_size,
     printf_size,
+    step_size,
     walk,
 )
 from oracle.template_bounds import limits as _limits
@@ -345,6 +346,7 @@ def guarded_filter(name: str, func: Any) -> Any:
         _step(construct)
         check_int_arguments((*args[leading:], *kwargs.values()), construct)
         if len(args) >= leading:
+            step_size(args[leading - 1], construct)  # the filter reads its input
             if name in ("join", "sum") and not isinstance(args[leading - 1], (str, Sized)):
                 args = (
                     *args[: leading - 1],

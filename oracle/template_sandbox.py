@@ -22,8 +22,10 @@ each operator, call, filter and test runs first in ``template_guards``):
   concatenation, every comparison operand and every computed dict key through
   guards (an AST rewrite, so the generated code cannot skip them);
 * every attribute access, call, filter, intercepted operator (``+ * ** %``) and loop
-  iteration is a *step*: the step count, the wall clock and the growth of resident
-  memory are checked against the render's budget (see ``Limits``);
+  iteration is a *step* — a macro call several, an operation on a long string or list
+  one more per kilobyte it reads or builds, so steps count work, not calls: the step
+  count, the wall clock and the growth of resident memory are checked against the
+  render's budget (see ``Limits``);
 * operator, call and filter arguments are checked before the operation runs: what
   would be printed is walked (bounded) and must be template data — not a function,
   class or generator, whose text is module paths and addresses — of at most
@@ -44,12 +46,15 @@ from typing import Any
 
 import jinja2
 import jinja2.nodes as nodes
+import jinja2.runtime
 from jinja2.lexer import TokenStream
 from jinja2.parser import Parser
 from jinja2.visitor import NodeTransformer
 
 from oracle.template_bounds import (
+    CHARS_PER_STEP,
     DEFAULT_LIMITS,
+    MACRO_CALL_STEPS,
     Budget,
     Limits,
     SandboxRefusal,
@@ -61,6 +66,7 @@ from oracle.template_bounds import (
     check_result,
     check_template_source,
     check_tree_depth,
+    step_size,
     walk,
 )
 from oracle.template_bounds import limits as _limits
@@ -168,6 +174,8 @@ def _concat_guard(operands: list[Any]) -> str:
         size += len(operand) if type(operand) is str else walk(operand, "operator '~'", limit, printing=True)
         if size > limit:
             raise SandboxRefusal("operator '~'", "concatenation exceeds the size bound")
+    if size >= CHARS_PER_STEP:
+        _step("operator '~'", size // CHARS_PER_STEP)
     return "".join(map(str, operands))
 
 
@@ -228,10 +236,14 @@ class TemplateSandbox(TransformersEnvironment):
             except (TypeError, LookupError):
                 raise SandboxRefusal(f"item '{argument}'", "underscore attribute access is refused") from None
         check_comparable(argument, "item")  # a container key is hashed (or printed into an error)
-        return super().getitem(obj, argument)
+        result = super().getitem(obj, argument)
+        step_size(result, item_construct(argument))  # a slice is a copy
+        return result
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _step(f"operator '{operator}'")
+        step_size(left, f"operator '{operator}'")
+        step_size(right, f"operator '{operator}'")
         binop_precheck(operator, left, right)
         result = super().call_binop(context, operator, left, right)
         check_result(result, f"operator '{operator}'")
@@ -239,7 +251,9 @@ class TemplateSandbox(TransformersEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         name = callable_name(__obj)
-        _step(f"call '{name}'")
+        _step(f"call '{name}'", MACRO_CALL_STEPS if isinstance(__obj, jinja2.runtime.Macro) else 1)
+        for value in (getattr(__obj, "__self__", None), *args, *kwargs.values()):
+            step_size(value, f"call '{name}'")  # what the call reads
         call_precheck(__obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
         if isinstance(result, Iterator):

@@ -114,19 +114,26 @@ def probe(
     return json.loads(b"".join(chunks))
 
 
-#: Budgets of one render that race each other: which fires first depends on the
-#: machine's load (the time budget is wall-clock), not on the template. A template
-#: expected to meet the memory budget is within its bound when either stops it — its
-#: peak memory is measured and bounded on its own. (CI saw ``50_many_big_strings``
-#: refused by the time budget on a busy machine, and the tests insisted on "memory". The
-#: corpus is now probed with the time budget out of reach, ``--max-seconds``.)
-RACING_BUDGETS = {"memory budget": ("render memory budget exceeded", "render time budget exceeded")}
+#: What a refusal by each render budget says (``Budget`` in oracle/template_bounds.py).
+RENDER_BUDGETS = (
+    "render step budget exceeded",
+    "render time budget exceeded",
+    "render memory budget exceeded",
+)
 
 
 def names_expected(message: str, expect: str) -> bool:
-    """Whether a refusal ``message`` names what the template's ``expect`` line asks for
-    (for a render budget: any budget it races with, see ``RACING_BUDGETS``)."""
-    return any(name in message for name in RACING_BUDGETS.get(expect, (expect,)))
+    """Whether a refusal ``message`` names what the template's ``expect`` line asks for."""
+    return expect in message
+
+
+def refused_as_expected(message: str, expect: str) -> bool:
+    """Whether a refusal ``message`` is within a hostile template's bounds: it names what
+    the ``expect`` line asks for, or a render budget stopped the template first. The time
+    budget is wall-clock, so which budget fires first depends on the machine's speed and
+    load (CI saw ``50_many_big_strings`` and ``17_exponential_macro`` stopped by the
+    clock); a refusal by any of them is a refusal within the bounds."""
+    return names_expected(message, expect) or any(budget in message for budget in RENDER_BUDGETS)
 
 
 def _warm_up() -> None:
@@ -140,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds before a child is killed")
     parser.add_argument("--memory-cap-mb", type=int, default=0, help="address-space cap per child (0: none)")
     parser.add_argument(
-        "--max-seconds", type=float, default=0, help="the render time budget (0: the default)"
+        "--max-seconds",
+        type=float,
+        default=0,
+        help="the render time budget (0: the default; 3600 measures the other budgets alone)",
     )
     args = parser.parse_args(argv)
     limits = (

@@ -4,61 +4,47 @@ defect)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 from oracle import template as tpl
-from oracle.template_sandbox import DEFAULT_LIMITS, Limits
 from specgate.upkeep import corpus
 from tests.oracle import hostile_probe
 
 HOSTILE = corpus.hostile_templates()
-HANG_SECONDS = 20.0  # in process: nothing hangs (the 1 s bounds: test_template_hostile_bounds.py)
+# In process, only that nothing hangs, in CPU seconds (the work done, not the machine's
+# load): the slowest template here took 2.6 s inside the full suite, so 20 s holds on a
+# machine 3x slower with a margin of 2.5. The 2 s bound: test_template_hostile_bounds.py.
+HANG_SECONDS = 20.0
 
 
 def hostile_problem(source: str, expect: str) -> str | None:
-    """None when the oracle refuses ``source`` with a message containing ``expect`` and
-    a template line, within the hang bound; else what went wrong. The one-second CPU
-    and wall bounds and the memory bound are measured per template in a fresh
-    interpreter (test_template_hostile_bounds.py): inside the full suite this process
-    holds gigabytes of references, and one template (48_slice_huge) measured 2.6 s of
-    CPU here while it takes 0.16 s in a fresh process.
+    """None when the oracle refuses ``source`` within the hang bound, naming a template
+    line, and either naming ``expect`` or refused by a render budget; else what went
+    wrong.
 
-    The render time budget is wall-clock, so on a busy machine it can fire before the
-    budget a template is meant to hit (output, memory): such a refusal is judged again
-    with the time budget at ``RETRY_SECONDS`` — out of reach of a budget that works,
-    still a bound for one that does not."""
-    problem, exc = _refused(source, expect, DEFAULT_LIMITS)
-    if exc is not None and TIME_BUDGET in str(exc) and TIME_BUDGET not in expect:
-        problem, _ = _refused(source, expect, dataclasses.replace(DEFAULT_LIMITS, max_seconds=RETRY_SECONDS))
-    return problem
-
-
-TIME_BUDGET = "render time budget exceeded"
-RETRY_SECONDS = 60.0
-
-
-def _refused(source: str, expect: str, limits: Limits) -> tuple[str | None, Exception | None]:
+    The bound is judged, not which budget fired: the render's time budget is wall-clock,
+    so on a slow or busy machine it may fire before the budget a template is meant to
+    hit (steps, output, memory) — a refusal all the same. That every hostile template
+    reaches its own budget with the clock out of reach, in bounded CPU, is measured per
+    template in a fresh interpreter (test_template_hostile_bounds.py, which also holds
+    the one-second CPU and the memory bounds: inside the full suite this process holds
+    gigabytes of references); that each budget exists and fires, on templates sized to
+    reach it at once, is test_template_budgets.py."""
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
-        tpl.ChatTemplate(
-            source, limits=limits
-        )  # compile + canary render: where a model's template first runs
+        tpl.ChatTemplate(source)  # compile + canary render: where a model's template first runs
     except tpl.TemplateRefusal as exc:
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-        if cpu > HANG_SECONDS or elapsed > HANG_SECONDS + limits.max_seconds:
-            return (
-                f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)",
-                exc,
-            )
-        if not hostile_probe.names_expected(str(exc), expect):
-            return f"refusal does not name {expect!r}: {exc}", exc
+        if cpu > HANG_SECONDS:  # work done: a template cannot wait, so a hang burns CPU
+            return f"refused only after {elapsed:.2f} s ({cpu:.2f} s of CPU; hang bound {HANG_SECONDS} s)"
+        if not hostile_probe.refused_as_expected(str(exc), expect):
+            return f"refusal names neither {expect!r} nor a render budget: {exc}"
         if exc.line is None or f"template line {exc.line}" not in str(exc):
-            return f"refusal does not name the template line: {exc}", exc
-        return None, exc
+            return f"refusal does not name the template line: {exc}"
+        return None
     except Exception as exc:  # anything but a refusal is a crash of the renderer
-        return f"raised {type(exc).__name__} instead of a refusal: {exc}", None
-    return f"NOT refused (rendered in {time.perf_counter() - start:.2f} s)", None
+        return f"raised {type(exc).__name__} instead of a refusal: {exc}"
+    return f"NOT refused (rendered in {time.perf_counter() - start:.2f} s)"
 
 
 # Each: (template, construct the refusal must name, template line it must name).

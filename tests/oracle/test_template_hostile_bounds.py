@@ -1,20 +1,22 @@
-"""Every hostile template is refused fast and small: under a second and 256 MB, compile included.
+"""Every hostile template is refused fast and small: under 2 s of CPU and 256 MB, compile included.
 
 Each template of ``corpus/templates/hostile/`` is loaded as a model's template
-(compile + canary render) in its own forked child (``hostile_probe``), which
-reports its wall time and its peak resident memory above where it started —
-the kernel's high-water mark, which sees the C allocations a hostile template
-aims for. A child still running after ``HANG_SECONDS`` is killed and reported
-as hung, so a regression costs seconds, not the machine.
+(compile + canary render) in its own forked child of a fresh interpreter
+(``hostile_probe``), which reports the CPU time the refusal cost and its peak
+resident memory above where it started — the kernel's high-water mark, which sees
+the C allocations a hostile template aims for. A child still running after
+``HANG_SECONDS`` is killed and reported as hung, so a regression costs seconds, not
+the machine.
 
-The refusal must be a ``TemplateRefusal`` whose message names the construct the
-corpus file expects (its ``{#- expect: … -#}`` line) and the template line. The
-bounds asserted are the ones that hold on any machine, however busy: the CPU time
-the refusal cost (the work done, whatever the neighbours do), the peak memory, and
-that nothing hangs (the wall clock only as the kill after ``HANG_SECONDS``). The
-render's own time budget is wall-clock: a template it refused before the budget its
-expect line names (a busy machine) is probed again with the clock out of reach
-(``NO_CLOCK``) and judged by that, so the verdict does not depend on the machine's load.
+The corpus is probed with the render's time budget out of reach (``NO_CLOCK``): the
+time budget is wall-clock, so which budget fires first would depend on the machine's
+speed and load. Without it, every template must be stopped by the budget its
+``{#- expect: … -#}`` line names — steps, output, memory, a size or a security rule,
+all counted in work, not seconds — and the refusal must name the template line. With
+the clock (the default) a template can only be stopped sooner, so the bounds measured
+here are the bounds of the default configuration on any machine. The bounds asserted
+are ones that hold however busy the machine: CPU time (the work done, whatever the
+neighbours do) and peak memory; the wall clock only as the kill after ``HANG_SECONDS``.
 """
 
 from __future__ import annotations
@@ -36,15 +38,17 @@ from tests.oracle import hostile_probe
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 
-REFUSAL_SECONDS = 1.0
+# The CPU bound of one refusal. With the clock out of reach the slowest corpus template
+# costs ~0.4 s of CPU here (17_exponential_macro, stopped by the step budget; the table
+# is in the docstring of ``Limits``), so 2 s holds on a machine 3x slower than this one
+# with a margin (and is the bound promised for hostile templates: 2 s, 512 MB).
+REFUSAL_SECONDS = 2.0
 PEAK_MB = 256
 # A wall-clock kill, only for a hang: at load 43 on 2 cores a template's 1 s of CPU is
 # ~20 s of wall time, so the kill sits far above (20 s was once the value).
 HANG_SECONDS = 120.0
-# The render time budget (wall clock) out of reach, for a template whose refusal by it
-# raced its own budget: at load 43 it fired before the output bound, 'dict key' and
-# "filter 'string'" in turn. (Not for the whole corpus: 17_exponential_macro needs the
-# clock to be refused within 1 s of CPU.)
+# The render time budget (wall clock) out of reach: every template is then stopped by a
+# budget counted in work, the same on every machine.
 NO_CLOCK = ("--max-seconds", "3600")
 # A child's address space is capped, so that a regression raises MemoryError in it
 # instead of taking gigabytes from the machine (far above the 256 MB bound).
@@ -55,19 +59,9 @@ HOSTILE = corpus.hostile_templates()
 
 @pytest.fixture(scope="module")
 def probed() -> dict[str, dict]:
-    """Each hostile template's outcome, time and peak memory, measured once per run."""
-    results = probe_all(sorted(corpus.HOSTILE.glob("*.jinja")))
-    # A refusal by the wall-clock time budget that does not name what the template's
-    # expect line names raced a budget of its own (the output bound, 'dict key', …): on
-    # a busy machine the clock fires first. Such a template is probed again with the
-    # clock out of reach, and that refusal is the one judged.
-    raced = [
-        corpus.HOSTILE / f"{name}.jinja"
-        for name, r in results.items()
-        if "render time budget exceeded" in r.get("message", "")
-        and not hostile_probe.names_expected(r["message"], HOSTILE[name][1])
-    ]
-    return {**results, **(probe_all(raced, *NO_CLOCK) if raced else {})}
+    """Each hostile template's outcome, CPU time and peak memory without the clock,
+    measured once per run."""
+    return probe_all(sorted(corpus.HOSTILE.glob("*.jinja")), *NO_CLOCK)
 
 
 def probe_all(paths: list[Path], *extra: str) -> dict[str, dict]:
@@ -91,13 +85,15 @@ def probe_all(paths: list[Path], *extra: str) -> dict[str, dict]:
     return results
 
 
-def bound_problems(result: dict, expect: str) -> list[str]:
-    """What is wrong with one probed hostile template (empty: refused fast and small)."""
+def bound_problems(result: dict, expect: str, *, any_budget: bool = False) -> list[str]:
+    """What is wrong with one probed hostile template (empty: refused fast and small,
+    naming ``expect`` — or, with ``any_budget``, by whichever render budget fired first)."""
     if result["outcome"] != "refused":
         return [f"{result['outcome']}: {result.get('message', '')}"]
     problems = []
     message = result["message"]
-    if not hostile_probe.names_expected(message, expect):
+    named = hostile_probe.refused_as_expected if any_budget else hostile_probe.names_expected
+    if not named(message, expect):
         problems.append(f"the refusal does not name {expect!r}: {message}")
     if result["line"] is None or f"template line {result['line']}" not in message:
         problems.append(f"the refusal does not name the template line: {message}")
@@ -140,15 +136,19 @@ def test_the_corpus_covers_every_class_of_the_red_team():
     assert not missing, f"hostile corpus lacks {missing}"
 
 
-def test_a_memory_template_stopped_by_the_clock_is_within_its_bound():
-    """CI's red run, made deterministic: on a busy machine the wall-clock time budget fired
-    before the memory budget for 50_many_big_strings. Here the time budget is made to fire
-    first; the refusal is still within the template's bounds (refused, its line, CPU, peak)."""
-    name = next(n for n in HOSTILE if n.endswith("many_big_strings"))
+@pytest.mark.parametrize("stem", ["many_big_strings", "exponential_macro"])
+def test_a_template_stopped_by_the_clock_is_within_its_bound(stem):
+    """CI's red runs, made deterministic: on a busy (or slower) machine the wall-clock time
+    budget fired before the memory budget for 50_many_big_strings and before the step
+    budget for 17_exponential_macro. Here the time budget is made to fire first; the
+    refusal is within the template's bounds all the same (refused, its line, CPU, peak)."""
+    name = next(n for n in HOSTILE if n.endswith(stem))
     source, expect = HOSTILE[name]
     clocked = fresh_probe(source, HANG_SECONDS, {"max_seconds": 0.001})
     assert clocked["outcome"] == "refused" and "render time budget exceeded" in clocked["message"], clocked
-    assert expect == "memory budget" and bound_problems(clocked, expect) == [], clocked
+    assert "render time budget" not in expect and bound_problems(clocked, expect, any_budget=True) == [], (
+        clocked
+    )
 
 
 def test_the_probe_sees_memory_and_hangs():
@@ -156,7 +156,8 @@ def test_the_probe_sees_memory_and_hangs():
     with its peak, and one that outlives the timeout is reported as hung — so a
     passing bound above is a measured one."""
     # 120 s: only a hang guard for a render that takes ~1 s quiet (10 s was hit at load 43)
-    roomy = {"max_chars": 400_000_000, "max_memory_bytes": 1 << 40, "max_seconds": 120.0}
+    # (steps too: building and reading 300 MB counts ~600k steps of work)
+    roomy = {"max_chars": 400_000_000, "max_memory_bytes": 1 << 40, "max_seconds": 120.0, "max_steps": 10**9}
     big = fresh_probe("{% set s = 'x' * 300000000 %}{{ s | length }}", 120.0, roomy)
     assert big["outcome"] == "rendered" and big["peak_mb"] > 250, big
     slow = {"max_seconds": 30.0, "max_steps": 10**9}
