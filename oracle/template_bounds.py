@@ -49,10 +49,17 @@ class Limits:
 
     ``max_chars`` (8 M characters ≈ 2 M tokens) is far beyond any Qwen context, so
     no real prompt meets it. Work scales with the conversation, so the step and time
-    budgets are a base plus an allowance per message: rendering 350 messages with
-    tools through Qwen3's template takes ~130 ms and ~60k steps here, well inside
-    ``0.5 s + 350 x 5 ms``, while a hostile template given a three-message canary is
-    stopped after 0.5 s — a refusal well inside a second.
+    budgets are a base plus an allowance per message. Steps count work, not calls
+    (``MACRO_CALL_STEPS``, ``CHARS_PER_STEP``), so the step budget alone bounds CPU
+    time: 500,000 steps are ~0.3 s of CPU here, whether spent on loop iterations or on
+    macro calls (two million calls once took 29 s on a slower machine). Real renders
+    are far inside: 350 messages with 20 tools take 3,700-6,000 steps through the
+    Qwen2.5, DeepSeek-R1 and Qwen3 templates (~50 ms), four messages of 7 MB ~27,000,
+    the render gate's conversations at most 342. The time budget (``0.5 s + 5 ms`` a
+    message) stops a hostile template sooner on a fast machine; without it every
+    hostile template of the corpus is stopped by a budget counted in work within
+    0.4 s of CPU here (tests/oracle/test_template_hostile_bounds.py), so which budget
+    fires first may depend on the machine, the bound does not.
 
     ``max_items`` and ``max_value_depth`` bound what one walk of a value (before it
     is printed, compared or hashed) may visit: ~0.1 s at the bound. Memory growth
