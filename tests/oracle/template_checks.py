@@ -27,7 +27,7 @@ def hostile_problem(source: str, expect: str) -> str | None:
     hit (steps, output, memory) — a refusal all the same. That every hostile template
     reaches its own budget with the clock out of reach, in bounded CPU, is measured per
     template in a fresh interpreter (test_template_hostile_bounds.py, which also holds
-    the one-second CPU and the memory bounds: inside the full suite this process holds
+    the 2 s CPU and the memory bounds: inside the full suite this process holds
     gigabytes of references); that each budget exists and fires, on templates sized to
     reach it at once, is test_template_budgets.py."""
     start, cpu_start = time.perf_counter(), time.process_time()

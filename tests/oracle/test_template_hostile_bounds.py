@@ -38,10 +38,11 @@ from tests.oracle import hostile_probe
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 
-# The CPU bound of one refusal. With the clock out of reach the slowest corpus template
-# costs ~0.4 s of CPU here (17_exponential_macro, stopped by the step budget; the table
-# is in the docstring of ``Limits``), so 2 s holds on a machine 3x slower than this one
-# with a margin (and is the bound promised for hostile templates: 2 s, 512 MB).
+# The CPU bound of one refusal (the bound promised for hostile templates: 2 s, 512 MB).
+# With the clock out of reach the slowest corpus templates cost 0.25-0.38 s of CPU here
+# (the walks of doubled namespaces at the item bound; 12_nested_loops and
+# 17_exponential_macro at the step budget), so on a machine 3x slower they stay under
+# 1.2 s: a margin of 5 on this machine. CPU time does not grow with the machine's load.
 REFUSAL_SECONDS = 2.0
 PEAK_MB = 256
 # A wall-clock kill, only for a hang: at load 43 on 2 cores a template's 1 s of CPU is
