@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from specgate import cli
+from specgate.outcomes.verdict import GateRecord
 from specgate.reports import parity as report
-from specgate.run.verdict import GateRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "github-actions" / "specgate-parity.yml"

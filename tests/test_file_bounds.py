@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate.plugin import model_missing
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.supply import models as model_cache
 from specgate.supply.fetch import fetch
 from specgate.supply.models import ModelEntry, ModelError, Source

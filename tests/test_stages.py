@@ -14,8 +14,8 @@ from impl.process import lifeline
 from impl.protocol import Engine
 from specgate import stages
 from specgate.gates import test_render as render_gate
+from specgate.outcomes.gate import NotApplicable
 from specgate.run import triage
-from specgate.run.gate import NotApplicable
 from specgate.search.stages import QUANTIZED_GENERATE, QUANTIZED_LOGITS
 from specgate.search.stages import STAGES as SEARCH_STAGES
 from specgate.upkeep import corpus, snapshots

@@ -364,7 +364,7 @@ def applies(stage: str, m: ModelForward, inp: Mapping[str, Any], knobs: Mapping[
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Answer:
     """The engine's logits for ``inp`` at the compared positions (an exception where it refuses)."""
-    from specgate.run.gate import call, not_applicable
+    from specgate.outcomes.gate import call, not_applicable
 
     if stage.partition("/")[2] not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")

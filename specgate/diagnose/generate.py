@@ -185,8 +185,8 @@ def reference(model: Any) -> ModelStreams:
 
 def case_input(record: Any) -> dict[str, Any] | None:
     """A generate record's input, from the snapshot it was read from."""
-    from specgate.run.reproducer import model_for
     from specgate.upkeep import snapshots
+    from specgate.upkeep.model_ids import model_for
 
     case = snapshots.load(model_for(record.model), "generate").get(getattr(record, "case", ""))
     if not isinstance(case, Mapping) or "prompt" not in case:
@@ -197,6 +197,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> GenerateAnswer:
     """The engine's generation on ``inp`` (an exception where it refuses)."""
     from specgate.checks.generate import well_formed
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     return GenerateAnswer.of(well_formed(call(engine, "generate", model, inp["prompt"], inp["params"])), inp)

@@ -32,7 +32,7 @@ from typing import Any
 
 from specgate.diagnose import forward, generate, render, sampler, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis, of_stage
-from specgate.run.gate import NotApplicable, ReferenceDisagreement, Refused
+from specgate.outcomes.gate import NotApplicable, ReferenceDisagreement, Refused
 
 #: The catalogue of each stage: a module with ``CATALOGUE``, ``reference`` (the oracle's
 #: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine); optionally

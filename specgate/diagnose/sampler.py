@@ -232,8 +232,8 @@ def reference(model: Any) -> None:
 
 def case_input(record: Any) -> dict[str, Any] | None:
     """A sample record's input, from the snapshot it was read from."""
-    from specgate.run.reproducer import model_for
     from specgate.upkeep import snapshots
+    from specgate.upkeep.model_ids import model_for
 
     case = snapshots.load(model_for(record.model), "sample").get(getattr(record, "case", ""))
     if not isinstance(case, Mapping) or "logits" not in case:
@@ -243,6 +243,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> SampleAnswer:
     """The engine's sampler result on ``inp`` (an exception where it refuses)."""
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     return SampleAnswer(call(engine, "sample", logits_of(inp), inp["params"], inp["r"]), inp["r"])

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from impl.bounds import cut
-from specgate.reports.text_safety import escaped, json_escaped, one_line
+from specgate.safe_io.text_safety import escaped, json_escaped, one_line
 
 #: The most characters of one shown value (input, reference answer, message).
 SHOWN_CHARS = 2000

@@ -1,4 +1,4 @@
-"""A gate case's outcome, from the type of what its test raised (``specgate.run.gate``), and
+"""A gate case's outcome, from the type of what its test raised (``specgate.outcomes.gate``), and
 its record in the session (``GateRecord``)."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from impl.protocol import EngineError, Unsupported
-from specgate.reports import text_safety
+from specgate.outcomes.gate import ReferenceDisagreement, Refused
+from specgate.outcomes.verdict import GateRecord
 from specgate.run import case_answers
-from specgate.run.gate import ReferenceDisagreement, Refused
 from specgate.run.session import SpecgateSession
-from specgate.run.verdict import GateRecord
+from specgate.safe_io import text_safety
 
 
 def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None, strict: bool) -> tuple[str, str]:

@@ -40,10 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from specgate import stages
-from specgate.reports import files
-from specgate.run.reproducer import ReproError, model_for  # noqa: F401
+from specgate.run.reproducer import ReproError  # noqa: F401
 from specgate.run.reproducer import load as load_reproducer  # noqa: F401
 from specgate.run.signatures import kind, message_signature, record_signature, signature
+from specgate.safe_io import files
+from specgate.upkeep.model_ids import model_for
 
 #: The outcomes grouped by root cause (refusals are grouped by message in the report).
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")

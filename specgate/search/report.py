@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate.reports import files
-from specgate.reports.text_safety import md_fence, md_inline
+from specgate.safe_io import files
+from specgate.safe_io.text_safety import md_fence, md_inline
 from specgate.search import confirm as confirming
 from specgate.search.session import Finding, SearchResult
 from specgate.search.stages import size
