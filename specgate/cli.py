@@ -176,7 +176,7 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specgate.reports import junit as report_junit
-    from specgate.reports import parity as report
+    from specgate.reports import parity_report as report
     from specgate.reports import summary as report_summary
 
     if args.action == "diff":

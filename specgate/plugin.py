@@ -5,7 +5,7 @@ Loaded from the project's top-level ``conftest.py``. Gate tests carry
 ``@pytest.mark.gate("<stage>")`` and take a ``model_id`` parameter; their outcomes
 are classified by the typed outcome exceptions of ``specgate.outcomes.gate`` into the
 stage × model matrix printed at the end of the run and written to ``reports/`` by
-``specgate.reports.parity``. Gates of the logits and generate stages also take a
+``specgate.reports.parity_report``. Gates of the logits and generate stages also take a
 ``conformance_class`` parameter: their rows are ``logits/exact``,
 ``logits/quantized``, ``generate/exact`` and ``generate/quantized``.
 
@@ -86,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     usage.check_usage(config)
     if config.getoption("--parity-junit") and not config.option.xmlpath:
-        from specgate.reports.parity import report_stem
+        from specgate.reports.parity_report import report_stem
 
         os.makedirs(config.getoption("--report-dir"), exist_ok=True)
         stem = report_stem(config.getoption("--report-name") or config.getoption("--impl"), session.shard)

@@ -19,7 +19,7 @@ import pytest
 
 from specgate import cli
 from specgate.outcomes.verdict import GateRecord
-from specgate.reports import parity as report
+from specgate.reports import parity_report as report
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "github-actions" / "specgate-parity.yml"

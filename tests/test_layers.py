@@ -292,21 +292,22 @@ def test_every_specgate_node_has_a_floor() -> None:
 def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
     """The floor check is only as good as ``floor_violations`` over the real graph: a copy
     of ``specgate/safe_io/files.py`` (ground floor) planted with an import of
-    ``specgate.reports.parity``, and a lazy one inside a function, is flagged; a
+    ``specgate.reports.parity_report``, and a lazy one inside a function, is flagged; a
     sideways arrow on one floor (``stages`` -> ``diagnose``) is flagged; the tree as it
     is, is not."""
     planted = tmp_path / "specgate" / "safe_io" / "files.py"
     planted.parent.mkdir(parents=True)
     source = (ROOT / "specgate" / "safe_io" / "files.py").read_text(encoding="utf-8")
     planted.write_text(
-        source + "\n\ndef _late():\n    from specgate.reports import parity  # noqa\n", encoding="utf-8"
+        source + "\n\ndef _late():\n    from specgate.reports import parity_report  # noqa\n",
+        encoding="utf-8",
     )
     arrows, _ = import_graph({**project_modules(), "specgate.safe_io.files": planted})
     bad = floor_violations(arrows)
-    assert bad == ["specgate.safe_io.files -> specgate.reports.parity (floor 0 imports floor 6)"], bad
-    sideways = {"specgate.stages.base": {"specgate.diagnose.run"}, "specgate.diagnose.run": set()}
+    assert bad == ["specgate.safe_io.files -> specgate.reports.parity_report (floor 0 imports floor 6)"], bad
+    sideways = {"specgate.stages.base": {"specgate.diagnose.diagnoser"}, "specgate.diagnose.diagnoser": set()}
     assert floor_violations(sideways) == [
-        "specgate.stages.base -> specgate.diagnose.run (floor 4 imports floor 4)"
+        "specgate.stages.base -> specgate.diagnose.diagnoser (floor 4 imports floor 4)"
     ]
     assert floor_violations({"specgate.attic.x": set()}) == [
         "specgate.attic.x: its node specgate.attic stands on no floor of SPECGATE_FLOORS"

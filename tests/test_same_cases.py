@@ -16,7 +16,7 @@ import pytest
 
 from specgate.outcomes.verdict import GateRecord
 from specgate.plugin import SpecgateSession, model_missing
-from specgate.reports.parity import write_reports
+from specgate.reports.parity_report import write_reports
 from specgate.supply import models as model_cache
 from specgate.supply import tiny_specs
 from specgate.upkeep import snapshots

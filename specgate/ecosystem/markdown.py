@@ -16,7 +16,7 @@ from specgate.ecosystem.confirm import CONFIRMED, FAILS
 from specgate.ecosystem.gating import EngineRun
 from specgate.ecosystem.results import Table
 from specgate.outcomes.gate import HEADINGS, OUTCOMES
-from specgate.reports import parity as report
+from specgate.reports import parity_report as report
 from specgate.supply.models import PROJECT_ROOT
 
 #: Root-cause groups shown per engine in the table.

@@ -1,5 +1,5 @@
 """The end of a run: the matrix on the terminal, the findings grouped by root cause and
-shrunk (``specgate.run.triage``), the reports written (``specgate.reports.parity``) — or,
+shrunk (``specgate.run.triage``), the reports written (``specgate.reports.parity_report``) — or,
 when the engine did not start, the reports saying so (``startup_report``). It sits above
 ``specgate.run`` (the floor it reads the session from) since it writes the reports."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specgate.reports import parity as report
+from specgate.reports import parity_report as report
 from specgate.run import crashloop, interrupts, startup, triage
 from specgate.run.selection import selected_models, selected_stages
 from specgate.run.session import SESSION, SpecgateSession

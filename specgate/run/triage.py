@@ -379,9 +379,11 @@ def examine(
     (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
     group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
     run's own engine has been shut down with the session's fixtures by then)."""
-    from specgate.diagnose.run import STAGES, Diagnoser
+    from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 
-    diagnosable = diagnose_budget > 0 and any(r.outcome == "fail" and r.stage in STAGES for r in records)
+    diagnosable = diagnose_budget > 0 and any(
+        r.outcome == "fail" and r.stage in DIAGNOSABLE_ROWS for r in records
+    )
     shrinkable = total_budget > 0 and any(r.outcome in SHRUNK_OUTCOMES for r in records)
     if not (diagnosable or shrinkable):
         groups = group_records(records)

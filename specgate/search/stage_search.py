@@ -299,7 +299,7 @@ class StageSearch:
     def record(self, sig: str, inp: dict[str, Any], verdict: Any, now: float) -> None:
         """A divergence of a signature not yet settled: its first candidate (which opens
         the shrink window), or a smaller input for the candidate it has."""
-        from specgate.search.stages import size
+        from specgate.search.searchable import size
 
         run = self.result
         known = run.candidates.get(sig)
