@@ -184,11 +184,10 @@ def reference(model: Any) -> ModelStreams:
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
-    """A generate record's input, from the snapshot it was read from."""
-    from specgate.upkeep import snapshots
-    from specgate.upkeep.model_ids import model_for
+    """A generate record's input, from the snapshot it was gated on."""
+    from specgate.upkeep.recorded_cases import recorded_case
 
-    case = snapshots.load(model_for(record.model), "generate").get(getattr(record, "case", ""))
+    case = recorded_case(record, "generate")  # under the snapshot root the record carries
     if not isinstance(case, Mapping) or "prompt" not in case:
         return None
     return {"prompt": list(case["prompt"]), "params": dict(case["params"])}

@@ -231,11 +231,10 @@ def reference(model: Any) -> None:
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
-    """A sample record's input, from the snapshot it was read from."""
-    from specgate.upkeep import snapshots
-    from specgate.upkeep.model_ids import model_for
+    """A sample record's input, from the snapshot it was gated on."""
+    from specgate.upkeep.recorded_cases import recorded_case
 
-    case = snapshots.load(model_for(record.model), "sample").get(getattr(record, "case", ""))
+    case = recorded_case(record, "sample")  # under the snapshot root the record carries
     if not isinstance(case, Mapping) or "logits" not in case:
         return None
     return {"logits": case["logits"], "params": case["params"], "r": case["r"]}
