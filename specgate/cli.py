@@ -137,8 +137,8 @@ def _repro(args: argparse.Namespace) -> int:
     the oracle; prints the divergence; exit 1 while it diverges, 0 once it does not,
     4 for a file that is not a replayable reproducer (``specgate.run.reproducer``)."""
     from impl.registry import UnknownImpl, resolve
-    from specgate.reports import text_safety
     from specgate.run import reproducer, triage
+    from specgate.safe_io import text_safety
 
     try:
         data = reproducer.load(args.file)
@@ -176,7 +176,7 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specgate.reports import junit as report_junit
-    from specgate.reports import parity as report
+    from specgate.reports import parity_report as report
     from specgate.reports import summary as report_summary
 
     if args.action == "diff":
@@ -206,7 +206,7 @@ def _report_diff(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specgate.reports import diff as report_diff
-    from specgate.reports import files
+    from specgate.safe_io import files
 
     if len(args.files) != 2:
         print("specgate: report diff takes two JSON reports: OLD NEW", file=sys.stderr)

@@ -3,9 +3,9 @@ the run verdict and the parity matrix.
 
 Loaded from the project's top-level ``conftest.py``. Gate tests carry
 ``@pytest.mark.gate("<stage>")`` and take a ``model_id`` parameter; their outcomes
-are classified by the typed outcome exceptions of ``specgate.run.gate`` into the
+are classified by the typed outcome exceptions of ``specgate.outcomes.gate`` into the
 stage × model matrix printed at the end of the run and written to ``reports/`` by
-``specgate.reports.parity``. Gates of the logits and generate stages also take a
+``specgate.reports.parity_report``. Gates of the logits and generate stages also take a
 ``conformance_class`` parameter: their rows are ``logits/exact``,
 ``logits/quantized``, ``generate/exact`` and ``generate/quantized``.
 
@@ -13,7 +13,7 @@ The hooks below only delegate: the options (``specgate.run.options``), the sessi
 and its answer cache (``specgate.run.session``), the usage check (``specgate.run.usage``),
 the selection of models, stages and cases (``specgate.run.selection``), the parametrization
 (``specgate.run.params``), the outcome classification (``specgate.run.outcome``) and the
-end of the run (``specgate.run.summary``). The stages themselves are ``specgate.stages``.
+end of the run (``specgate.reports.run_end``). The stages themselves are ``specgate.stages``.
 The session lives in ``config.stash[SESSION]`` (fixture ``specgate``), nowhere else.
 
 Usage mistakes (an unknown ``--impl``, stage or model, a program that does not
@@ -32,7 +32,9 @@ import pytest
 
 from impl.protocol import Engine, EngineError, ModelRef
 from impl.registry import UnknownImpl, resolve
-from specgate.run import interrupts, outcome, params, setup_check, startup, summary, usage, wire
+from specgate.outcomes.verdict import GateRecord, run_verdict  # noqa: F401
+from specgate.reports import run_end
+from specgate.run import interrupts, outcome, params, setup_check, startup, usage, wire
 from specgate.run.options import add_options, add_snapshot_dir_option, strict_mode  # noqa: F401
 from specgate.run.selection import (
     keep_sample,
@@ -51,7 +53,6 @@ from specgate.run.session import (  # noqa: F401 — the helpers tests and gates
     setup_missing,
 )
 from specgate.run.shard import chosen_shard
-from specgate.run.verdict import GateRecord, run_verdict  # noqa: F401
 from specgate.stages import CLASSED_STAGES, CONFORMANCE_CLASSES, GATE_STAGES  # noqa: F401
 from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
@@ -85,7 +86,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     usage.check_usage(config)
     if config.getoption("--parity-junit") and not config.option.xmlpath:
-        from specgate.reports.parity import report_stem
+        from specgate.reports.parity_report import report_stem
 
         os.makedirs(config.getoption("--report-dir"), exist_ok=True)
         stem = report_stem(config.getoption("--report-name") or config.getoption("--impl"), session.shard)
@@ -135,7 +136,7 @@ def model(specgate: SpecgateSession, model_id: str) -> ModelRef:
 def case(request: pytest.FixtureRequest, specgate: SpecgateSession, model: ModelRef, case_id: str) -> Any:
     """The gate's snapshot case, inputs and reference answers together. A case the
     references disagree on is put to the engine like any other: its gate judges the
-    answer by the stage's primary reference (``specgate.run.judge``)."""
+    answer by the stage's primary reference (``specgate.outcomes.judge``)."""
     gate = request.node.get_closest_marker("gate")
     return specgate.snapshot_cases(model, params.snapshot_stage(gate))[case_id]
 
@@ -162,7 +163,7 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
         state.startup_failure = why = startup.reason(spec, exc)
         if hasattr(request.config, "workerinput"):  # a worker cannot stop the run: its cases error
             raise EngineError(why) from None
-        startup.report(state, request.config, selected_models, selected_stages)
+        run_end.startup_report(state, request.config, selected_models, selected_stages)
         pytest.exit(why, returncode=1)
     from specgate.run import provenance
 
@@ -252,4 +253,4 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    summary.summary(terminalreporter, config)
+    run_end.summary(terminalreporter, config)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from specgate.outcomes.verdict import GateRecord
 from specgate.plugin import model_missing
 from specgate.reports.browser import group_heading
 from specgate.run import case_answers, signatures
 from specgate.run.divergence_site import site
-from specgate.run.verdict import GateRecord
 from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 

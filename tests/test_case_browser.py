@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from specgate.outcomes.verdict import GateRecord
 from specgate.plugin import model_missing
 from specgate.reports import browser as report_browser
 from specgate.reports import html as report_html
-from specgate.run.verdict import GateRecord
 from specgate.supply import models as model_cache
 from tests.case_browser_page import case_browser
 from tests.engines.parity_run import run_parity, script_impl

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from specgate import cli
-from specgate.reports import parity as report
-from specgate.run.verdict import GateRecord
+from specgate.outcomes.verdict import GateRecord
+from specgate.reports import parity_report as report
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "docs" / "github-actions" / "specgate-parity.yml"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate.plugin import model_missing
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.supply import models as model_cache
 from specgate.supply.fetch import fetch
 from specgate.supply.models import ModelEntry, ModelError, Source
@@ -132,7 +132,7 @@ def test_read_regular_reads_a_regular_file_and_a_symlink_to_one(tmp_path):
 def test_a_run_removes_its_stems_old_reproducers(tmp_path):
     """A run that rewrites reports/parity-oracle.* lists only its own reproducers: the
     reproducers an older run left under repro/parity-oracle/ are gone (another stem's stay)."""
-    from specgate.reports.parity import report_stem
+    from specgate.reports.parity_report import report_stem
 
     reports = tmp_path / "reports"
     mine = reports / "repro" / report_stem("oracle", None)

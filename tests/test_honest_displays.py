@@ -18,11 +18,11 @@ import pytest
 
 from specgate.checks import logits as logit_checks
 from specgate.checks.logit_metrics import Comparison
+from specgate.outcomes.verdict import GateRecord
 from specgate.plugin import model_missing
 from specgate.reports import html as report_html
-from specgate.reports import parity as report
+from specgate.reports import parity_report as report
 from specgate.run import triage
-from specgate.run.verdict import GateRecord
 from specgate.supply import models as model_cache
 
 MODEL = "qwen3-vocab"

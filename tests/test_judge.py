@@ -1,4 +1,4 @@
-"""``specgate.run.judge`` on recorded cases: an answer is judged by the stage's primary
+"""``specgate.outcomes.judge`` on recorded cases: an answer is judged by the stage's primary
 reference first, then by the other references the snapshot recorded. The answers are
 the references' own recorded ones (and one no reference gave), so the expected
 outcome of each is known without the judge."""
@@ -10,7 +10,7 @@ import json
 import pytest
 
 from specgate.checks.tokenizer import check_decode, check_encode
-from specgate.run.judge import PRIMARY, judge
+from specgate.outcomes.judge import PRIMARY, judge
 from specgate.upkeep import snapshots
 
 NFC_CASE = ("qwen3-vocab", "encode", "combining-acute/plain")  # HF's tokenizer.json normalizes to NFC

@@ -10,7 +10,10 @@ lazy import included — it is an arrow too) of every module in ``oracle/``,
 * no two modules import each other, directly or around a longer loop;
 * inside ``impl/`` no arrow runs back up: with each subpackage (``impl.process``,
   ``impl.http`` …) one node beside the top-level modules (``impl.protocol``,
-  ``impl.registry`` …), the packages do not import each other around a loop either.
+  ``impl.registry`` …), the packages do not import each other around a loop either;
+* inside ``specgate/`` every subpackage (and top-level module) stands on a floor of
+  ``SPECGATE_FLOORS`` and imports only from floors below its own: no arrow runs back up
+  or sideways, so there is no circle between them either.
 """
 
 from __future__ import annotations
@@ -33,6 +36,21 @@ ECOSYSTEM_ENGINE_IMPORTS = {
     "llama_cpp_builtin_template": {"llama_cpp"},
 }
 ECOSYSTEM_SHARED = {"jsonl_engine", "divergences", "__future__"}
+# specgate's floors, ground floor first (ARCHITECTURE.md, "The floors inside specgate/"):
+# a node (a subpackage, or a top-level module) imports only from floors below its own.
+SPECGATE_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("outcomes", "safe_io", "specgate"),  # the outcome vocabulary; safe files and inert text; the version
+    ("supply",),  # the models cache: manifest, fetch, tiny models
+    ("upkeep",),  # the corpus, the snapshots, the reference lock, model ids
+    ("checks",),  # each stage's comparison with the reference
+    ("stages", "diagnose"),  # the stage registry and its cases; the named causes of a divergence
+    ("run",),  # a gate run: session, params, outcomes of cases, triage and shrinking
+    ("reports",),  # Markdown, JSON, HTML, JUnit of a run; the end of a run
+    ("search", "ecosystem"),  # the differential search; the ecosystem table
+    ("gates", "plugin", "parity"),  # the gate modules, the pytest plugin, `specgate parity`
+    ("cli",),  # the `specgate` command
+    ("__main__",),  # `python -m specgate`
+)
 
 
 def module_name(path: Path) -> str:
@@ -69,14 +87,16 @@ def _owner(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_graph() -> tuple[dict[str, set[str]], dict[str, list[str]]]:
-    """Arrows between project modules, and every import as ``file:line imports name`` per module."""
-    modules = project_modules()
+def import_graph(modules: dict[str, Path] | None = None) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """Arrows between project modules (``modules``: the project's, by default), and every
+    import as ``file:line imports name`` per module."""
+    modules = project_modules() if modules is None else modules
     arrows: dict[str, set[str]] = {m: set() for m in modules}
     imports: dict[str, list[str]] = {m: [] for m in modules}
     for module, path in modules.items():
         for name, line in imported_names(module, path, modules):
-            imports[module].append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            imports[module].append(f"{where}:{line} imports {name}")
             target = _owner(name, modules)
             if target is not None and target != module:
                 arrows[module].add(target)
@@ -223,3 +243,72 @@ def test_the_cycle_finder_sees_a_loop() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"x": {"y"}, "y": {"x"}}) == [["x", "y"]]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def floor_of(node: str) -> int | None:
+    """The floor of a specgate node (``specgate.run`` -> 5; ``specgate`` itself, its
+    ``__init__`` holding the version, is on the ground floor); None for a node missing
+    from the table."""
+    name = node.split(".", 1)[1] if "." in node else node
+    return next((i for i, floor in enumerate(SPECGATE_FLOORS) if name in floor), None)
+
+
+def floor_violations(arrows: dict[str, set[str]]) -> list[str]:
+    """Every arrow between specgate's nodes that does not run down a floor (upward, or
+    sideways on one floor), and every node missing from ``SPECGATE_FLOORS``, one line
+    each: ``specgate.run.x -> specgate.reports.y (floor 5 imports floor 6)``."""
+    bad = []
+    for module, targets in sorted(arrows.items()):
+        if _top(module) != "specgate":
+            continue
+        node = _package(module)
+        here = floor_of(node)
+        if here is None:
+            bad.append(f"{module}: its node {node} stands on no floor of SPECGATE_FLOORS")
+            continue
+        for target in sorted(targets):
+            there = floor_of(_package(target)) if _top(target) == "specgate" else None
+            if there is not None and _package(target) != node and there >= here:
+                bad.append(f"{module} -> {target} (floor {here} imports floor {there})")
+    return bad
+
+
+def test_specgate_imports_only_from_floors_below() -> None:
+    arrows, _ = import_graph()
+    bad = floor_violations(arrows)
+    assert not bad, "specgate/ imports running up or sideways its floors (SPECGATE_FLOORS):\n" + "\n".join(
+        bad
+    )
+    assert not cycles(package_arrows(arrows, "specgate"))
+
+
+def test_every_specgate_node_has_a_floor() -> None:
+    """The table names every subpackage and top-level module, and nothing that is gone."""
+    nodes = {_package(m).partition(".")[2] or "specgate" for m in project_modules() if _top(m) == "specgate"}
+    named = {name for floor in SPECGATE_FLOORS for name in floor}
+    assert nodes == named, f"missing from the floors: {sorted(nodes - named)}; gone: {sorted(named - nodes)}"
+
+
+def test_the_floor_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """The floor check is only as good as ``floor_violations`` over the real graph: a copy
+    of ``specgate/safe_io/files.py`` (ground floor) planted with an import of
+    ``specgate.reports.parity_report``, and a lazy one inside a function, is flagged; a
+    sideways arrow on one floor (``stages`` -> ``diagnose``) is flagged; the tree as it
+    is, is not."""
+    planted = tmp_path / "specgate" / "safe_io" / "files.py"
+    planted.parent.mkdir(parents=True)
+    source = (ROOT / "specgate" / "safe_io" / "files.py").read_text(encoding="utf-8")
+    planted.write_text(
+        source + "\n\ndef _late():\n    from specgate.reports import parity_report  # noqa\n",
+        encoding="utf-8",
+    )
+    arrows, _ = import_graph({**project_modules(), "specgate.safe_io.files": planted})
+    bad = floor_violations(arrows)
+    assert bad == ["specgate.safe_io.files -> specgate.reports.parity_report (floor 0 imports floor 6)"], bad
+    sideways = {"specgate.stages.base": {"specgate.diagnose.diagnoser"}, "specgate.diagnose.diagnoser": set()}
+    assert floor_violations(sideways) == [
+        "specgate.stages.base -> specgate.diagnose.diagnoser (floor 4 imports floor 4)"
+    ]
+    assert floor_violations({"specgate.attic.x": set()}) == [
+        "specgate.attic.x: its node specgate.attic stands on no floor of SPECGATE_FLOORS"
+    ]

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from specgate.outcomes.gate import OUTCOMES
 from specgate.plugin import model_missing
-from specgate.run.gate import OUTCOMES
 from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 

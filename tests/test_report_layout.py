@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from specgate.reports import parity as report
-from specgate.run.verdict import GateRecord, run_verdict
+from specgate.outcomes.verdict import GateRecord, run_verdict
+from specgate.reports import parity_report as report
 from tests.text_snapshots import JsonFile, MarkdownFile
 
 TOK = "specgate/gates/test_tokenizer.py"

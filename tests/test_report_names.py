@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from specgate.plugin import GateRecord, SpecgateSession
-from specgate.reports.parity import report_stem, write_reports
+from specgate.reports.parity_report import report_stem, write_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """Reports survive answers UTF-8 cannot hold: lone surrogates an engine sent in JSON are
-written as their ``\\uXXXX`` escapes (``specgate.reports.files``), the JSON report reads back to
+written as their ``\\uXXXX`` escapes (``specgate.safe_io.files``), the JSON report reads back to
 the engine's very strings and the run's verdict is the cases' (fail), not a crash."""
 
 from __future__ import annotations

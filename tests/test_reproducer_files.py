@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from specgate.plugin import model_missing
-from specgate.reports import files
 from specgate.run import reproducer
+from specgate.safe_io import files
 from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[1]

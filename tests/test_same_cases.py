@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from specgate.outcomes.verdict import GateRecord
 from specgate.plugin import SpecgateSession, model_missing
-from specgate.reports.parity import write_reports
-from specgate.run.verdict import GateRecord
+from specgate.reports.parity_report import write_reports
 from specgate.supply import models as model_cache
 from specgate.supply import tiny_specs
 from specgate.upkeep import snapshots

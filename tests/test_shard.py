@@ -19,7 +19,7 @@ import pytest
 from impl.process import lifeline
 from specgate import cli
 from specgate.plugin import model_missing
-from specgate.reports.parity import report_stem
+from specgate.reports.parity_report import report_stem
 from specgate.run import shard
 
 ROOT = Path(__file__).resolve().parents[1]

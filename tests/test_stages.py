@@ -14,10 +14,9 @@ from impl.process import lifeline
 from impl.protocol import Engine
 from specgate import stages
 from specgate.gates import test_render as render_gate
+from specgate.outcomes.gate import NotApplicable
 from specgate.run import triage
-from specgate.run.gate import NotApplicable
-from specgate.search.stages import QUANTIZED_GENERATE, QUANTIZED_LOGITS
-from specgate.search.stages import STAGES as SEARCH_STAGES
+from specgate.search.searchable import QUANTIZED_GENERATE, QUANTIZED_LOGITS, SEARCHABLE
 from specgate.upkeep import corpus, snapshots
 from tests.gate_request import gate_request
 
@@ -61,7 +60,7 @@ def test_every_gate_names_a_registered_stage_and_every_stage_is_gated() -> None:
 
 
 def test_the_search_replays_every_stage_as_a_registered_row() -> None:
-    for stage in [*SEARCH_STAGES.values(), QUANTIZED_LOGITS, QUANTIZED_GENERATE]:
+    for stage in [*SEARCHABLE.values(), QUANTIZED_LOGITS, QUANTIZED_GENERATE]:
         assert stage.gate_stage in stages.REPLAYABLE_FILES, stage.name
         assert stage.capability == stages.stage_of(stage.gate_stage).capability
 

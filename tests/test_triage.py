@@ -178,7 +178,7 @@ def test_one_cause_diagnosed_on_several_models_is_one_group() -> None:
     groups of one cause, one per model; they are one group, with every model's evidence."""
     from types import SimpleNamespace
 
-    from specgate.run.verdict import GateRecord
+    from specgate.outcomes.verdict import GateRecord
 
     def row(model: str, n: int, cause: str = "decodes through a string") -> SimpleNamespace:
         records = [GateRecord("decode", model, "fail", f"t[{model}/{i}]", "bytes differ") for i in range(n)]

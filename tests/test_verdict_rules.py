@@ -8,9 +8,9 @@ import pytest
 
 from impl.protocol import EngineError
 from specgate.checks.tokenizer import check_split, unicode_version_skew
+from specgate.outcomes.gate import Refused, first_difference, text_diff
 from specgate.plugin import AnswerCache, GateRecord, run_verdict
-from specgate.reports.parity import headline, refusal_groups
-from specgate.run.gate import Refused, first_difference, text_diff
+from specgate.reports.parity_report import headline, refusal_groups
 
 
 @pytest.mark.parametrize(

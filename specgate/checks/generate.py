@@ -18,7 +18,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specgate.run.gate import first_difference, first_divergence
+from specgate.outcomes.gate import first_difference, first_divergence
 from specgate.upkeep import snapshots
 
 #: Logit margins at or below which an engine may legitimately pick the other token

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from impl.protocol import Engine, Unsupported
-from specgate.run.gate import bounded_answer, call, not_applicable, refused, text_diff
+from specgate.outcomes.gate import bounded_answer, call, not_applicable, refused, text_diff
 
 
 def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "render", **kwargs: Any):

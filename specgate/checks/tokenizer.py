@@ -10,7 +10,7 @@ An engine following older tables (Node 20, Python's ``unicodedata``, an older
 encode snapshots record such a case when they are made
 (``tests/references/test_tokenizer.py``), with the other reference's answer (HF
 tokenizers' pieces; llama.cpp's merges over the regex pieces), and the gates judge
-an answer by those (``specgate.run.judge``): matching neither fails. ``check_split``'s
+an answer by those (``specgate.outcomes.judge``): matching neither fails. ``check_split``'s
 own disagreement serves triage's replays of new inputs, which have no recorded
 answers.
 """
@@ -21,8 +21,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from specgate.run.gate import first_difference, first_divergence
-from specgate.run.judge import settle
+from specgate.outcomes.gate import first_difference, first_divergence
+from specgate.outcomes.judge import settle
 
 #: The reference that judges each stage in the gate (named in its messages); a re-check
 #: on a new input is judged by the oracle instead and says so (``specgate.run.triage``).
@@ -119,7 +119,7 @@ def piece_of(model: Any) -> Callable[[int], str]:
 def settle_case(stage: str, model: Any, case: dict[str, Any], got: Any, where: str) -> None:
     """The tokenizer gates' verdict on the engine's answer ``got`` to a recorded ``case``
     of ``stage`` (split, encode or decode): its comparison with the case's references,
-    the field each reference's answer is recorded in, settled by ``specgate.run.judge``
+    the field each reference's answer is recorded in, settled by ``specgate.outcomes.judge``
     (a pass returns; a disagreement or failure raises, prefixed with ``where``)."""
     compare, answer_key = {
         # the split snapshot records the other reference's pieces: no skew rule of its own

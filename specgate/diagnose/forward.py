@@ -53,7 +53,7 @@ from specgate.checks import logit_metrics
 from specgate.checks import logits as logits_check
 from specgate.diagnose.tokenizer import Hypothesis, _h
 
-STAGES = ("logits/exact", "logits/quantized")
+LOGITS_ROWS = ("logits/exact", "logits/quantized")
 MAX_POSITIONS = 16  # positions of a prompt compared (evenly spaced, first and last included)
 TOP_K = 64  # the reference's top-k kept per position, as in the snapshots
 MAX_MODELS = 4  # deviated forwards of one model kept built (a dequantizing one holds its own weights)
@@ -288,7 +288,7 @@ def measured(stage: str, pairs: Sequence[tuple[Any, Any, Any]]) -> str:
 
 
 # ---------------------------------------------------------------------------
-# the catalogue module's interface (``specgate.diagnose.run``)
+# the catalogue module's interface (``specgate.diagnose.diagnoser``)
 
 
 @dataclass
@@ -364,7 +364,7 @@ def applies(stage: str, m: ModelForward, inp: Mapping[str, Any], knobs: Mapping[
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Answer:
     """The engine's logits for ``inp`` at the compared positions (an exception where it refuses)."""
-    from specgate.run.gate import call, not_applicable
+    from specgate.outcomes.gate import call, not_applicable
 
     if stage.partition("/")[2] not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")
@@ -381,7 +381,7 @@ def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Answer:
 
 CATALOGUE: tuple[Hypothesis, ...] = tuple(
     h
-    for stage in STAGES
+    for stage in LOGITS_ROWS
     for h in (
         *_h("rope_interleaved", stage,
             "rotates RoPE pairs (2i, 2i+1) (GPT-J style) where Qwen rotates NeoX halves (i, i + d/2)",

@@ -29,7 +29,7 @@ from specgate.diagnose.tokenizer import Hypothesis, _h
 
 #: What the evidence of a diagnosis says the deviated answers were compared with.
 REFERENCE = "the oracle's decode loop (which agrees with llama.cpp and transformers)"
-STAGES = "generate/exact,generate/quantized"
+GENERATE_ROWS = "generate/exact,generate/quantized"
 
 
 def loop(
@@ -145,29 +145,29 @@ def applies(stage: str, m: Any, inp: Mapping[str, Any], knobs: Mapping[str, Any]
 
 CATALOGUE: tuple[Hypothesis, ...] = (
     *_h(
-        "stop_per_token", STAGES,
+        "stop_per_token", GENERATE_ROWS,
         "does not see a stop string that straddles two tokens: it searches each token's piece "
         "(or nothing), not the byte stream",
         stop_per_token=True,
     ),
     *_h(
-        "stop_string_kept", STAGES,
+        "stop_string_kept", GENERATE_ROWS,
         "keeps the stop string in the output; the output ends where the stop string begins",
         stop_string_kept=True,
     ),
     *_h(
-        "pieces_as_text", STAGES,
+        "pieces_as_text", GENERATE_ROWS,
         "decodes each token's piece through a string: the bytes of a character split across tokens "
         "become U+FFFD (no UTF-8 holdback)",
         pieces_as_text=True,
     ),
     *_h(
-        "no_holdback", STAGES,
+        "no_holdback", GENERATE_ROWS,
         "streams a chunk that ends inside a UTF-8 character (no holdback of a partial character)",
         no_holdback=True,
     ),
     *_h(
-        "max_tokens_minus_one", STAGES,
+        "max_tokens_minus_one", GENERATE_ROWS,
         "generates max_tokens − 1 tokens (an off-by-one in the length limit)",
         max_tokens_offset=-1,
     ),
@@ -184,11 +184,10 @@ def reference(model: Any) -> ModelStreams:
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
-    """A generate record's input, from the snapshot it was read from."""
-    from specgate.run.reproducer import model_for
-    from specgate.upkeep import snapshots
+    """A generate record's input, from the snapshot it was gated on."""
+    from specgate.upkeep.recorded_cases import recorded_case
 
-    case = snapshots.load(model_for(record.model), "generate").get(getattr(record, "case", ""))
+    case = recorded_case(record, "generate")  # under the snapshot root the record carries
     if not isinstance(case, Mapping) or "prompt" not in case:
         return None
     return {"prompt": list(case["prompt"]), "params": dict(case["params"])}
@@ -197,6 +196,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> GenerateAnswer:
     """The engine's generation on ``inp`` (an exception where it refuses)."""
     from specgate.checks.generate import well_formed
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     return GenerateAnswer.of(well_formed(call(engine, "generate", model, inp["prompt"], inp["params"])), inp)

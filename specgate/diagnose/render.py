@@ -244,7 +244,7 @@ def reference(model: Any) -> ModelTemplate:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Any:
     """The engine's rendering of ``inp`` (an exception where it refuses)."""
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     if "template" in inp:
         return call(engine, "render", inp["template"], inp["context"], method="render_template")

@@ -231,11 +231,10 @@ def reference(model: Any) -> None:
 
 
 def case_input(record: Any) -> dict[str, Any] | None:
-    """A sample record's input, from the snapshot it was read from."""
-    from specgate.run.reproducer import model_for
-    from specgate.upkeep import snapshots
+    """A sample record's input, from the snapshot it was gated on."""
+    from specgate.upkeep.recorded_cases import recorded_case
 
-    case = snapshots.load(model_for(record.model), "sample").get(getattr(record, "case", ""))
+    case = recorded_case(record, "sample")  # under the snapshot root the record carries
     if not isinstance(case, Mapping) or "logits" not in case:
         return None
     return {"logits": case["logits"], "params": case["params"], "r": case["r"]}
@@ -243,6 +242,6 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> SampleAnswer:
     """The engine's sampler result on ``inp`` (an exception where it refuses)."""
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     return SampleAnswer(call(engine, "sample", logits_of(inp), inp["params"], inp["r"]), inp["r"])

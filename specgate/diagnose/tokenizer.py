@@ -188,7 +188,7 @@ def reference(model: Any) -> ModelTokenizer:
 
 def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Any:
     """The engine's answer to ``inp`` (an exception where it refuses)."""
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     if stage == "split":
         return list(call(engine, "split", model, inp["text"]))

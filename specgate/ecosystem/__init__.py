@@ -31,7 +31,7 @@ from specgate.ecosystem.install import Install, install, install_all, installed_
 from specgate.ecosystem.results import Table
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError, EngineSpec, discover
 from specgate.ecosystem.table import export_tokenizers, publish, run_all, write_table
-from specgate.run.gate import OUTCOMES
+from specgate.outcomes.gate import OUTCOMES
 
 __all__ = [
     "CONFIRMED",

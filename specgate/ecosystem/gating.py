@@ -23,8 +23,8 @@ from specgate.ecosystem.confirm import CONFIRM_FLOOR_SECONDS, ConfirmRun, mark, 
 from specgate.ecosystem.install import Install, tail
 from specgate.ecosystem.servers import RunProblem, log_tail, running_server
 from specgate.ecosystem.spec import ConfirmedGroup, EngineSpec, child_path
-from specgate.run import verdict
-from specgate.run.gate import OUTCOMES
+from specgate.outcomes import verdict
+from specgate.outcomes.gate import OUTCOMES
 from specgate.supply.models import PROJECT_ROOT
 
 

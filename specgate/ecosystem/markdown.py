@@ -15,8 +15,8 @@ from pathlib import Path
 from specgate.ecosystem.confirm import CONFIRMED, FAILS
 from specgate.ecosystem.gating import EngineRun
 from specgate.ecosystem.results import Table
-from specgate.reports import parity as report
-from specgate.run.gate import HEADINGS, OUTCOMES
+from specgate.outcomes.gate import HEADINGS, OUTCOMES
+from specgate.reports import parity_report as report
 from specgate.supply.models import PROJECT_ROOT
 
 #: Root-cause groups shown per engine in the table.

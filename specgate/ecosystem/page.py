@@ -9,8 +9,8 @@ from html import escape
 from specgate.ecosystem.confirm import FAILS
 from specgate.ecosystem.markdown import MESSAGE_CHARS, TOP_CAUSES, machine_line, unmachined
 from specgate.ecosystem.results import Table
+from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from specgate.reports import html as report_html
-from specgate.run.gate import HEADINGS, OUTCOMES
 
 
 def html(table: Table) -> str:

@@ -232,7 +232,7 @@ def diagnosis_cause(stage: str, name: str, path: Path | str = "engine.toml") -> 
     """The cause a diagnosed group of ``stage`` carries (its ``diagnosis``) for the
     hypothesis ``name`` of the stage's catalogue (``a+b``: both, as ``Diagnosis.cause``
     joins them); an EcosystemError for a name the catalogue lacks."""
-    from specgate.diagnose.run import hypotheses_of
+    from specgate.diagnose.diagnoser import hypotheses_of
 
     hypotheses = {h.name: h for h in hypotheses_of(stage)}
     parts = name.split("+")

@@ -18,7 +18,7 @@ from specgate.ecosystem.gating import EngineRun, run_engine
 from specgate.ecosystem.install import install
 from specgate.ecosystem.results import Table, machine
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError, EngineSpec, discover
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.supply.models import PROJECT_ROOT
 
 

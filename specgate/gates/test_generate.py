@@ -10,7 +10,7 @@ something. The judgement is ``specgate.checks.generate.check``."""
 import pytest
 
 from specgate.checks import generate as checks
-from specgate.run.gate import call, claims, fail_if
+from specgate.outcomes.gate import call, claims, fail_if
 
 pytestmark = pytest.mark.gate("generate")
 

@@ -7,7 +7,7 @@ engine computes each prompt's logits once, whichever classes read them."""
 import pytest
 
 from specgate.checks import logits as checks
-from specgate.run.gate import call, claims, fail_if, refused
+from specgate.outcomes.gate import call, claims, fail_if, refused
 
 pytestmark = pytest.mark.gate("logits")
 

@@ -5,8 +5,8 @@ engine is asked once per model). The comparison is ``specgate.checks.metadata``.
 import pytest
 
 from specgate.checks.metadata import check_field
-from specgate.run.gate import call
-from specgate.run.judge import settle
+from specgate.outcomes.gate import call
+from specgate.outcomes.judge import settle
 
 pytestmark = pytest.mark.gate("metadata")
 

@@ -20,8 +20,8 @@ engine refuses, the case is ``refused``.
 import pytest
 
 from specgate.checks import render as checks
+from specgate.outcomes.judge import settle
 from specgate.run.case_answers import keep
-from specgate.run.judge import settle
 
 pytestmark = pytest.mark.gate("render")
 

@@ -6,8 +6,8 @@ is ``specgate.checks.sample``."""
 import pytest
 
 from specgate.checks import sample as checks
-from specgate.run.gate import call
-from specgate.run.judge import settle
+from specgate.outcomes.gate import call
+from specgate.outcomes.judge import settle
 
 pytestmark = pytest.mark.gate("sample")
 

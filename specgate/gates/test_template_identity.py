@@ -14,7 +14,7 @@ Needs both ``render`` and ``encode``; an engine without either is n/a.
 
 import pytest
 
-from specgate.run.gate import call, fail_if, first_divergence
+from specgate.outcomes.gate import call, fail_if, first_divergence
 
 pytestmark = pytest.mark.gate("template", cases="ids/")
 

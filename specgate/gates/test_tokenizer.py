@@ -3,7 +3,7 @@ special-token parsing) and decode, per vocabulary model and corpus case, against
 the recorded references (CPython ``regex`` for split, llama.cpp for encode/decode,
 cross-checked with HF tokenizers and tiktoken). Every case is asked: an answer
 matching only a cross-check where the references disagree is a reference
-disagreement naming it, one matching none fails (``specgate.run.judge``). The
+disagreement naming it, one matching none fails (``specgate.outcomes.judge``). The
 comparisons and their settling are in ``specgate.checks.tokenizer``.
 
 specgate's semantics are the GGUF pipeline's: no Unicode normalization, and
@@ -13,8 +13,8 @@ specgate's semantics are the GGUF pipeline's: no Unicode normalization, and
 import pytest
 
 from specgate.checks import tokenizer as checks
+from specgate.outcomes.gate import call
 from specgate.run.case_answers import keep
-from specgate.run.gate import call
 
 
 @pytest.mark.gate("split")

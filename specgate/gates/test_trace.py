@@ -11,7 +11,7 @@ import pytest
 
 from impl.protocol import EngineError
 from specgate.checks import trace as checks
-from specgate.run.gate import call, claims, fail_if
+from specgate.outcomes.gate import call, claims, fail_if
 
 pytestmark = pytest.mark.gate("trace")
 

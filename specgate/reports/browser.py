@@ -10,19 +10,19 @@ reaches the page. A failing, refused or errored case also shows the engine's own
 answer, the reference's answer windowed around the first divergence and their diff,
 as its record kept them (``specgate.run.case_answers``, bounded there).
 
-The cases' details (``case_details``) come from the snapshots the cases were read
-from, the way ``specgate.run.triage.case_input`` finds a case's input from its record.
+The cases' details (``case_details``) come from the snapshots the cases were gated on,
+through the loader triage reads a case's input with (``specgate.upkeep.recorded_cases``):
+the snapshot root each record carries.
 """
 
 from __future__ import annotations
 
 import json
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from impl.bounds import cut
-from specgate.reports.text_safety import escaped, json_escaped, one_line
+from specgate.safe_io.text_safety import escaped, json_escaped, one_line
 
 #: The most characters of one shown value (input, reference answer, message).
 SHOWN_CHARS = 2000
@@ -75,39 +75,22 @@ def _input_and_reference(stage: str, model: str, case: dict[str, Any]) -> tuple[
     return json_escaped(inp, indent=1), escaped(answer) if isinstance(answer, str) else json_escaped(answer)
 
 
-class _Snapshots:
-    """The snapshot files of one report, each read once (display only: a missing or
-    unreadable file leaves its cases without details)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.files: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def case(self, model: str, snapshot: str, case_id: str) -> dict[str, Any] | None:
-        key = (model, snapshot)
-        if key not in self.files:
-            try:
-                data = json.loads((self.root / model / f"{snapshot}.json").read_text(encoding="utf-8"))
-                self.files[key] = data["cases"] if isinstance(data.get("cases"), dict) else {}
-            except (OSError, ValueError, AttributeError):
-                self.files[key] = {}
-        found = self.files[key].get(case_id)
-        return found if isinstance(found, dict) else None
-
-
-def case_details(records: list[Any], root: Path | None = None) -> list[dict[str, str]]:
+def case_details(records: list[Any]) -> list[dict[str, str]]:
     """Per record (same order): its input and the reference's answer as shown
-    (escaped, each cut to ``SHOWN_CHARS``), empty strings where the stage has none."""
-    from specgate.upkeep import corpus, snapshots
+    (escaped, each cut to ``SHOWN_CHARS``), empty strings where the stage has none. Each
+    case is read from the snapshot it was gated on (``specgate.upkeep.recorded_cases``:
+    the record's own snapshot root, a ``--snapshot-dir`` run's too)."""
+    from specgate.upkeep import corpus
+    from specgate.upkeep.recorded_cases import RecordedCases
 
-    files = _Snapshots(root or snapshots.SNAPSHOT_ROOT)
+    cases = RecordedCases()
     out = []
     for r in records:
         stage, case_id = r.stage.split("/")[0], getattr(r, "case", "")
         shown = {"input": "", "reference": ""}
         if stage in _SNAPSHOT_STAGES and case_id:
             constructs = r.model == corpus.CONSTRUCTS_MODEL_ID
-            case = files.case(r.model, "render_template" if constructs else stage, case_id)
+            case = cases.case(r, "render_template" if constructs else stage)
             try:
                 if case is not None:
                     inp, ref = _input_and_reference(stage, r.model, case)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from specgate.reports import browser as report_browser
-from specgate.reports.text_safety import controls, escaped, json_escaped
-from specgate.run.gate import HEADINGS, OUTCOMES
+from specgate.safe_io.text_safety import controls, escaped, json_escaped
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }

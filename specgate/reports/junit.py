@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specgate.reports import files
+from specgate.safe_io import files
 
 MESSAGE_CHARS = 2000  # a message attribute stays one readable line in CI views
 

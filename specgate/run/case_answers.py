@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 from impl.bounds import BOUNDS, cut
-from specgate.reports.text_safety import escaped
+from specgate.outcomes.gate import first_difference, visible
 from specgate.run.divergence_site import site
-from specgate.run.gate import first_difference, visible
+from specgate.safe_io.text_safety import escaped
 
 #: The most characters of one kept answer (engine, reference or diff).
 SHOWN_CHARS = 2000

@@ -14,7 +14,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Sequence
 
-from specgate.run.gate import first_difference
+from specgate.outcomes.gate import first_difference
 
 _SPECIAL = re.compile(r"<\|[^|<>]+\|>|</?think>|<｜[^｜]+｜>|<\|?[a-z_]+\|?>")
 

@@ -1,18 +1,22 @@
-"""A gate case's outcome, from the type of what its test raised (``specgate.run.gate``), and
+"""A gate case's outcome, from the type of what its test raised (``specgate.outcomes.gate``), and
 its record in the session (``GateRecord``)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from impl.protocol import EngineError, Unsupported
-from specgate.reports import text_safety
+from specgate import stages
+from specgate.outcomes.gate import ReferenceDisagreement, Refused
+from specgate.outcomes.verdict import MAX_CARRIED_INPUT, GateRecord
 from specgate.run import case_answers
-from specgate.run.gate import ReferenceDisagreement, Refused
 from specgate.run.session import SpecgateSession
-from specgate.run.verdict import GateRecord
+from specgate.safe_io import text_safety
+from specgate.upkeep import corpus, snapshots
 
 
 def classify(report: pytest.TestReport, call: pytest.CallInfo[Any] | None, strict: bool) -> tuple[str, str]:
@@ -57,4 +61,32 @@ def record(
     metrics = {str(k).removeprefix("metric:"): v for k, v in props}
     case_id = str(params.params.get("case_id", "")) if params else ""
     kept = case_answers.record(item, stage, verdict)  # the engine's answer, bounded
-    session.records.append(GateRecord(stage, model_id, verdict, item.nodeid, message, metrics, case_id, kept))
+    gated = GateRecord(stage, model_id, verdict, item.nodeid, message, metrics, case_id, kept)
+    gated.snapshot_root, gated.input = gated_on(session, item, gated)
+    session.records.append(gated)
+
+
+def gated_on(
+    session: SpecgateSession, item: pytest.Item, record: GateRecord
+) -> tuple[str, dict[str, Any] | None]:
+    """What a record keeps of what its case was gated on: the run's ``--snapshot-dir``
+    ("" for the package's snapshots, where the construct templates' cases always are),
+    and the input of a case that did not pass as triage replays it (``stages.case_input``),
+    when it is at most ``MAX_CARRIED_INPUT`` characters of JSON."""
+    root = session.snapshot_root
+    default = (
+        root is None or Path(root) == snapshots.SNAPSHOT_ROOT or record.model == corpus.CONSTRUCTS_MODEL_ID
+    )
+    carried = None
+    case = getattr(item, "funcargs", {}).get("case")
+    if record.outcome not in ("pass", "n/a") and isinstance(case, dict) and record.stage in stages.REPLAYABLE:
+        try:
+            carried = stages.case_input(record.stage, case, record.model == corpus.CONSTRUCTS_MODEL_ID)
+        except (KeyError, TypeError, ValueError):
+            carried = None  # a case of another shape: read from the snapshot when needed
+        if (
+            carried is not None
+            and len(json.dumps(carried, ensure_ascii=False, default=str)) > MAX_CARRIED_INPUT
+        ):
+            carried = None
+    return ("" if default else str(root)), carried

@@ -23,7 +23,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from specgate.reports import files
+from specgate.safe_io import files
+from specgate.upkeep.model_ids import CONSTRUCTS_MODEL, SAMPLER_MODEL, model_for
 
 MAX_FILE_BYTES = 16 << 20  # a reproducer file (the shrunk input, the original one, the answers)
 MAX_DEPTH = 64  # JSON nesting (a conversation's tool schemas are a few levels deep)
@@ -37,9 +38,6 @@ MAX_SAMPLER_IDS = 1 << 16  # the ids with a finite logit in a sampler reproducer
 MAX_PROMPT_IDS = 4096  # a generate prompt (the oracle's context)
 MAX_GENERATE_TOKENS = 1024  # a generate reproducer's max_tokens (the search writes <= 16)
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "reproducer.schema.json"
-#: Pseudo model ids (``triage.SAMPLER_MODEL_ID``, ``corpus.CONSTRUCTS_MODEL_ID``).
-SAMPLER_MODEL = "sampler"
-CONSTRUCTS_MODEL = "constructs"
 
 
 class ReproError(Exception):
@@ -145,19 +143,6 @@ def _sampler_problem(data: dict[str, Any]) -> str | None:
     if logits["ids"] and max(logits["ids"]) >= logits["n_vocab"]:
         return f"input.logits.ids holds {max(logits['ids'])}, outside n_vocab {logits['n_vocab']}"
     return None
-
-
-def model_for(model_id: str) -> Any:
-    """The ``ModelRef`` a reproducer's (or a recorded case's) model id names: the construct
-    templates' pseudo model, None for the sampler, else a manifest/tiny id or a GGUF path."""
-    from specgate.supply import models
-    from specgate.upkeep import corpus
-
-    if model_id == corpus.CONSTRUCTS_MODEL_ID:
-        return corpus.constructs_model()
-    if model_id == SAMPLER_MODEL:
-        return None
-    return models.model_ref(model_id)
 
 
 def model_of(data: dict[str, Any], path: str | Path) -> Any:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from impl.protocol import Engine, ModelRef
+from specgate.outcomes.gate import NotApplicable, Refused
+from specgate.outcomes.verdict import GateRecord
 from specgate.run import crashloop
-from specgate.run.gate import NotApplicable, Refused
-from specgate.run.verdict import GateRecord
 from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
 

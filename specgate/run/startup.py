@@ -39,15 +39,3 @@ def attach_provenance(state: Any, config: Any, models_of: Callable, stages_of: C
         sorted(stages) if stages else None,
         state.shard,
     )
-
-
-def report(state: Any, config: Any, models_of: Callable, stages_of: Callable) -> None:
-    """The reports of a run whose engine did not start (no case was gated): the verdict
-    fails with the reason, the provenance says what was run. Printed like a run's."""
-    from specgate.reports import parity as reports
-
-    attach_provenance(state, config, models_of, stages_of)
-    terminal = config.pluginmanager.get_plugin("terminalreporter")
-    for path in reports.write_reports(state, config.getoption("--report-dir")):
-        if terminal is not None:
-            terminal.write_line(f"report: {path}")

@@ -40,10 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from specgate import stages
-from specgate.reports import files
-from specgate.run.reproducer import ReproError, model_for  # noqa: F401
+from specgate.run.reproducer import ReproError  # noqa: F401
 from specgate.run.reproducer import load as load_reproducer  # noqa: F401
 from specgate.run.signatures import kind, message_signature, record_signature, signature
+from specgate.safe_io import files
+from specgate.upkeep.model_ids import model_for
+from specgate.upkeep.recorded_cases import RecordedCases
 
 #: The outcomes grouped by root cause (refusals are grouped by message in the report).
 GROUPED_OUTCOMES = ("fail", "error", "reference-disagreement")
@@ -204,17 +206,21 @@ def recheck(stage: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any
     return stages.replay(stage, engine, oracle, model, inp)
 
 
-def case_input(record: Any) -> dict[str, Any] | None:
-    """The input of a recorded case, from the snapshot it was read from (every case
-    carries its inputs); None when its stage cannot be replayed."""
-    from specgate.upkeep import corpus, snapshots
+def case_input(record: Any, cases: RecordedCases | None = None) -> dict[str, Any] | None:
+    """The input of a recorded case: the one its record carries, else read from the
+    snapshot it was gated on (``recorded_cases``: the record's snapshot root, never the
+    default one by the model's id); None when its stage cannot be replayed."""
+    from specgate.upkeep import corpus
 
     stage, case_id = record.stage, getattr(record, "case", "")
     if stage not in REPLAYABLE or not case_id:
         return None
+    if isinstance(getattr(record, "input", None), dict):
+        return record.input
     constructs = record.model == corpus.CONSTRUCTS_MODEL_ID
     snapshot = stages.CONSTRUCTS_SNAPSHOT if constructs else stages.stage_of(stage).snapshot
-    return stages.case_input(stage, snapshots.load(model_for(record.model), snapshot)[case_id], constructs)
+    case = (cases or RecordedCases()).case(record, snapshot)
+    return None if case is None else stages.case_input(stage, case, constructs)
 
 
 def size(inp: dict[str, Any]) -> int:
@@ -378,9 +384,11 @@ def examine(
     (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
     group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
     run's own engine has been shut down with the session's fixtures by then)."""
-    from specgate.diagnose.run import STAGES, Diagnoser
+    from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 
-    diagnosable = diagnose_budget > 0 and any(r.outcome == "fail" and r.stage in STAGES for r in records)
+    diagnosable = diagnose_budget > 0 and any(
+        r.outcome == "fail" and r.stage in DIAGNOSABLE_ROWS for r in records
+    )
     shrinkable = total_budget > 0 and any(r.outcome in SHRUNK_OUTCOMES for r in records)
     if not (diagnosable or shrinkable):
         groups = group_records(records)

@@ -9,7 +9,7 @@ import dataclasses
 import json
 from typing import Any
 
-from specgate.run.verdict import GateRecord
+from specgate.outcomes.verdict import GateRecord
 
 
 def send(state: Any, workeroutput: dict[str, Any]) -> None:

@@ -55,8 +55,8 @@ def main(args: argparse.Namespace) -> int:
     from impl.protocol import EngineError
     from impl.registry import UnknownImpl, check, resolve
     from specgate.search import report
-    from specgate.search.confirm import ENGINE_DIVERGENCE, ORACLE_BUG
-    from specgate.search.session import SearchError, run_search
+    from specgate.search.reference_confirm import ENGINE_DIVERGENCE, ORACLE_BUG
+    from specgate.search.search_session import SearchError, run_search
 
     try:
         check(args.impl)

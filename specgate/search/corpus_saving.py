@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.upkeep import corpus as corpus_files
 
 

@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specgate.reports import files
-from specgate.reports.text_safety import md_fence, md_inline
-from specgate.search import confirm as confirming
-from specgate.search.session import Finding, SearchResult
-from specgate.search.stages import size
+from specgate.safe_io import files
+from specgate.safe_io.text_safety import md_fence, md_inline
+from specgate.search import reference_confirm as confirming
+from specgate.search.search_session import Finding, SearchResult
+from specgate.search.searchable import size
 
 SECTIONS = (
     (confirming.ORACLE_BUG, "ORACLE BUGS — the references agree with the engine, not with the oracle"),
@@ -29,7 +29,7 @@ SECTIONS = (
 
 
 def stem(impl: str) -> str:
-    from specgate.reports.parity import report_stem
+    from specgate.reports.parity_report import report_stem
 
     return "search-" + report_stem(impl).removeprefix("parity-")
 

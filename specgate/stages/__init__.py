@@ -48,7 +48,7 @@ def replay(row: str, engine: Any, oracle: Any, model: Any, inp: dict[str, Any]) 
     """The gate's comparison for ``row`` on a new input ``inp``, with the oracle's answer
     as the reference; a refusal, an unclaimed class and an engine error are verdicts too."""
     from impl.protocol import EngineError
-    from specgate.run.gate import NotApplicable, Refused
+    from specgate.outcomes.gate import NotApplicable, Refused
 
     stage, conformance_class = stage_of(row), row.partition("/")[2]
     if stage.replay is None:

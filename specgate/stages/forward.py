@@ -18,7 +18,7 @@ from specgate.stages.sample_cases import DRAW_MARGIN, sample_cases
 
 
 def _claimed(engine: Any, conformance_class: str) -> None:
-    from specgate.run.gate import not_applicable
+    from specgate.outcomes.gate import not_applicable
 
     if conformance_class not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
@@ -32,7 +32,7 @@ def replay_logits(
     import numpy as np
 
     from specgate.checks import logit_metrics, logits
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     _claimed(engine, conformance_class)
     ids = list(inp["ids"])
@@ -55,7 +55,7 @@ def replay_sample(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cl
     after every step, then the draw (not compared when r lies within ``DRAW_MARGIN``
     of a cumulative boundary, where float32 and float64 sums may part)."""
     from specgate.checks import sample
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     logits = sample.logits_of(inp)
     expected = oracle.sample(logits, inp["params"], inp["r"])
@@ -77,7 +77,7 @@ def replay_generate(
     as the reference: exact bytes, finish reason and id count where the streams agree,
     the engine's stop logic replayed on its own tokens where they part at a near tie."""
     from specgate.checks import generate
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     _claimed(engine, conformance_class)
     ref = generate.well_formed(oracle.generate(model, inp["prompt"], {**inp["params"], "top_candidates": 2}))

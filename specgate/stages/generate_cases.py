@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from specgate.checks import generate as generate_checks
-from specgate.run.gate import first_difference, first_divergence
+from specgate.outcomes.gate import first_difference, first_divergence
 
 
 def reference_stream(result: dict[str, Any]) -> dict[str, Any]:

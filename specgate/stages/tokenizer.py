@@ -14,7 +14,7 @@ from specgate.stages.tokenizer_cases import decode_cases, encode_cases, split_ca
 
 def replay_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cls: str = "") -> Verdict:
     from specgate.checks import tokenizer
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     expected = oracle.split(model, inp["text"])
     got = call(engine, "split", model, inp["text"])
@@ -25,7 +25,7 @@ def replay_split(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cls
 
 def replay_encode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cls: str = "") -> Verdict:
     from specgate.checks import tokenizer
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     expected = oracle.encode(model, inp["text"], inp["parse_special"])
     got = call(engine, "encode", model, inp["text"], inp["parse_special"])
@@ -36,7 +36,7 @@ def replay_encode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cl
 
 def replay_decode(engine: Any, oracle: Any, model: Any, inp: dict[str, Any], _cls: str = "") -> Verdict:
     from specgate.checks import tokenizer
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     expected = oracle.decode(model, inp["ids"])
     got = call(engine, "decode", model, inp["ids"])

@@ -16,7 +16,7 @@ from impl.llamacpp import tokenizer as llamacpp_tokenizer
 from impl.text.engines import RegexSplitter
 from oracle.utf8 import is_utf8
 from specgate.checks.tokenizer import unicode_version_skew
-from specgate.run.gate import first_difference, first_divergence
+from specgate.outcomes.gate import first_difference, first_divergence
 from specgate.upkeep.corpus import MODES, tokenizer_texts
 from specgate.upkeep.corpus import decode_cases as decode_corpus
 

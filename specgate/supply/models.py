@@ -26,7 +26,7 @@ from typing import Any
 from impl import protocol
 from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.supply import tiny_specs
 
 if sys.version_info >= (3, 11):

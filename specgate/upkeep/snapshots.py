@@ -28,7 +28,7 @@ from typing import Any
 
 from impl.datafiles import DATA_ROOT
 from impl.protocol import ModelRef
-from specgate.reports import files
+from specgate.safe_io import files
 from specgate.upkeep import lock
 from specgate.upkeep.snapshot_diff import first_divergence_of_values
 

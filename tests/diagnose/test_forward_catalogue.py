@@ -13,7 +13,7 @@ import pytest
 from oracle.forward import Model
 from oracle.gguf import open_gguf
 from specgate.checks import logits as logits_check
-from specgate.diagnose import forward, run
+from specgate.diagnose import diagnoser, forward
 from specgate.diagnose.tokenizer import of_stage
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
@@ -78,14 +78,14 @@ def test_the_knobs_apply_only_where_the_model_has_what_they_deviate() -> None:
 
 
 def test_a_group_two_diagnoses_both_explain_names_both() -> None:
-    """The greedy grouping (``run._groups``) gives the cases to one diagnosis; where another
+    """The greedy grouping (``diagnoser._groups``) gives the cases to one diagnosis; where another
     explains every one of them too, the group's cause says the cases cannot tell them apart."""
     a, b, c = of_stage(forward.CATALOGUE, "logits/exact")[:3]
     records = [SimpleNamespace(nodeid=f"case{i}") for i in range(3)]
-    cases = [run._Case(r, {}, None) for r in records]
+    cases = [diagnoser._Case(r, {}, None) for r in records]
     alone = {a: {"case0", "case1", "case2"}, b: {"case0", "case1", "case2"}, c: {"case0"}}
-    (group,) = run._groups("logits/exact", "m", [a, b], alone, {}, 3, 3, cases)
+    (group,) = diagnoser._groups("logits/exact", "m", [a, b], alone, {}, 3, 3, cases)
     assert group.hypotheses == (a,) and group.alternatives == (b,)
     assert a.cause in group.cause and b.cause in group.cause and "cannot tell them apart" in group.cause
-    groups = run._groups("logits/exact", "m", [a, c], alone, {}, 3, 3, cases)
+    groups = diagnoser._groups("logits/exact", "m", [a, c], alone, {}, 3, 3, cases)
     assert [(g.hypotheses, g.alternatives) for g in groups] == [((a,), ())]  # c explains less: no tie

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specgate.diagnose import generate, sampler
-from specgate.reports.text_safety import md_text
+from specgate.safe_io.text_safety import md_text
 from tests.diagnose.planted import assert_diagnosed, diagnosed
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"

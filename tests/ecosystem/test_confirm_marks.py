@@ -190,7 +190,7 @@ def test_a_confirm_entry_that_names_no_precise_cause_is_refused(
 
 def group_shapes(stage: str) -> list[dict]:
     """Every diagnosed group a report can hold for ``stage``: one per hypothesis of its catalogue."""
-    from specgate.diagnose.run import hypotheses_of
+    from specgate.diagnose.diagnoser import hypotheses_of
 
     return [diagnosed(stage, h.name) for h in hypotheses_of(stage)]
 

@@ -30,7 +30,7 @@ FAST = ["--max-cases", "3", "--shrink-budget", "5"]
 
 
 def slug(text: str) -> str:
-    """A path as the report stem spells it (specgate.reports.parity.report_stem)."""
+    """A path as the report stem spells it (specgate.reports.parity_report.report_stem)."""
     return re.sub(r"[^A-Za-z0-9-]+", "_", text).strip("_")
 
 

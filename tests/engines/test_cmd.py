@@ -20,7 +20,7 @@ import pytest
 from impl.process.client import CmdEngine
 from impl.protocol import CAPABILITIES, EngineError, ModelRef, Unsupported
 from specgate.checks import render as render_check
-from specgate.run.gate import NotApplicable
+from specgate.outcomes.gate import NotApplicable
 
 FAULT_ENGINE = Path(__file__).with_name("fault_engine.py")
 MODEL = ModelRef(

@@ -1,4 +1,4 @@
-"""Every case is asked (``specgate.run.judge``): a case the references disagree on is put to
+"""Every case is asked (``specgate.outcomes.judge``): a case the references disagree on is put to
 the engine, and only an answer matching a recorded reference is a disagreement. The
 engines are real external processes (``tests/engines/holes/``); what each case must
 come to is derived from the snapshot's texts and recorded answers, not from the judge.

@@ -1,5 +1,5 @@
 """Whatever an engine answers, the run ends with a report, the right outcome and
-bounded memory (``impl.bounds``, ``specgate.reports.text_safety``; issue 25's red-team).
+bounded memory (``impl.bounds``, ``specgate.safe_io.text_safety``; issue 25's red-team).
 
 Each hostile engine is a real process (``hostile_engine.py`` over ``cmd:``) or a
 fake llama.cpp server on loopback; whole runs go through ``specgate/gates`` in a
@@ -324,7 +324,7 @@ class LiveMarkup(HTMLParser):
 
 
 def test_inline_code_and_fences_hold_any_backticks() -> None:
-    from specgate.reports.text_safety import md_fence, md_inline
+    from specgate.safe_io.text_safety import md_fence, md_inline
 
     markdown_it = pytest.importorskip("markdown_it")
     text = "a ``` b ```` c `d` <img src=x>"
@@ -395,7 +395,7 @@ console.log(JSON.stringify({stage: selects['f-stage'].value, outcome: selects['f
 
 
 def test_diffs_are_windowed_around_the_first_divergence() -> None:
-    from specgate.run.gate import text_diff
+    from specgate.outcomes.gate import text_diff
 
     reference = "line\n" * 1000 + "the end\n"
     engine = reference[:-8] + "THE END\n" + "y" * (5 * MIB)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate.plugin import model_missing
-from specgate.reports.parity import report_stem
+from specgate.reports.parity_report import report_stem
 from specgate.supply import models as model_cache
 
 ROOT = Path(__file__).resolve().parents[2]

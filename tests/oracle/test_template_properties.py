@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from impl.oracle import OracleEngine
 from impl.protocol import Unsupported
-from specgate.run.gate import text_diff
+from specgate.outcomes.gate import text_diff
 from specgate.supply import models as model_cache
 from specgate.supply.models import model_ref
 from specgate.upkeep import corpus

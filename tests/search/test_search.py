@@ -27,10 +27,11 @@ from impl.oracle import OracleEngine
 from impl.registry import resolve
 from specgate.plugin import model_missing, setup_missing
 from specgate.run import triage
-from specgate.search import confirm, report
-from specgate.search.run import search_stage
-from specgate.search.session import run_search
-from specgate.search.stages import DEFAULT_STAGES, STAGES, size
+from specgate.search import reference_confirm as confirm
+from specgate.search import report
+from specgate.search.search_session import run_search
+from specgate.search.searchable import DEFAULT_SEARCHABLE, SEARCHABLE, size
+from specgate.search.stage_search import search_stage
 from specgate.supply import models as model_cache
 
 MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants"
@@ -119,7 +120,7 @@ def test_the_oracle_over_cmd_shows_nothing(tmp_path: Path) -> None:
         result = run_search(engine, impl, budget=2 * BUDGET, seed=1, database=tmp_path / "db", clock=Ticks())
     finally:
         engine.close()
-    assert [r.stage for r in result.runs] == list(DEFAULT_STAGES)
+    assert [r.stage for r in result.runs] == list(DEFAULT_SEARCHABLE)
     assert all(r.examples > 20 for r in result.runs), [(r.stage, r.examples) for r in result.runs]
     assert result.findings == [], [f.candidate.signature for f in result.findings]
     assert all(not r.oracle_errors for r in result.runs), [r.oracle_errors for r in result.runs]
@@ -258,7 +259,7 @@ def _search(seed: int, database: Path | None) -> object:
     model = model_cache.model_ref("qwen3-vocab")
     clock = Ticks()
     return search_stage(
-        STAGES["split"], "qwen3-vocab", model, DigitGluingOracle(), OracleEngine(),
+        SEARCHABLE["split"], "qwen3-vocab", model, DigitGluingOracle(), OracleEngine(),
         seed=seed, deadline=3.0, database=database, clock=clock,
     )  # fmt: skip
 
@@ -387,7 +388,7 @@ def test_unicode_version_skew_is_a_reference_disagreement(tmp_path: Path) -> Non
             setup_missing(
                 f"the llama.cpp reference is not available: {engine}", remedy="nox -s live installs it"
             )
-        verdict = confirm.confirm(STAGES["encode"], model, inp, engine, OracleEngine(), refs)
+        verdict = confirm.confirm(SEARCHABLE["encode"], model, inp, engine, OracleEngine(), refs)
     finally:
         refs.close()
     assert verdict.judges["llamacpp"] == verdict.judges["hf"] == "agrees with the engine"
@@ -415,13 +416,13 @@ def test_the_memory_bound_stops_a_stage(tmp_path: Path) -> None:
     # which budget stops a search does not depend on the machine's load: the first
     # cannot reach its deadline before the memory bound; the second runs 100 more.
     run = search_stage(
-        STAGES["split"], "qwen3-vocab", model, HoardingOracle(), OracleEngine(),
+        SEARCHABLE["split"], "qwen3-vocab", model, HoardingOracle(), OracleEngine(),
         seed=1, deadline=2000, database=None, max_rss_mb=20.0, clock=itertools.count().__next__,
     )  # fmt: skip
     assert run.notes == ["stopped: the search's resident memory grew by more than 20 MB"], run
     assert run.examples % 50 == 0, run  # the bound is checked every 50 examples
     unbounded = search_stage(
-        STAGES["split"], "qwen3-vocab", model, OracleEngine(), OracleEngine(),
+        SEARCHABLE["split"], "qwen3-vocab", model, OracleEngine(), OracleEngine(),
         seed=1, deadline=run.examples + 100, database=None, max_rss_mb=20.0, clock=itertools.count().__next__,
     )  # fmt: skip
     assert unbounded.examples > run.examples and not unbounded.notes, (run, unbounded)

@@ -15,7 +15,7 @@ outcome is one of:
   with the reason, never an engine failure;
 * **error** — the engine crashed, hung or answered malformed data; the run goes on.
 
-The run verdict (``specgate.run.verdict``) adds two rules that no single case can see:
+The run verdict (``specgate.outcomes.verdict``) adds two rules that no single case can see:
 a (stage, model) row the engine declares but answers only with refusals and errors
 fails, and a run in which no case passed fails.
 

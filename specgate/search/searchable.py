@@ -20,11 +20,13 @@ from specgate.search import sampler_inputs as sampler
 
 
 @dataclass(frozen=True)
-class Stage:
+class SearchStage:
     name: str  # the search's name (``--stages``)
     gate_stage: str  # the gate stage's row divergences are judged and replayed as (``specgate.stages``)
     default_models: tuple[str, ...]
-    judges: tuple[str, ...]  # the references that confirm a divergence (``specgate.search.confirm``)
+    judges: tuple[
+        str, ...
+    ]  # the references that confirm a divergence (``specgate.search.reference_confirm``)
     inputs: Callable[[Any, Any], st.SearchStrategy[dict[str, Any]]]  # (model, oracle) -> strategy
 
     @property
@@ -50,11 +52,11 @@ def _logits_inputs(model: Any, oracle: Any) -> st.SearchStrategy[dict[str, Any]]
 TOKENIZER_MODELS = ("qwen3-vocab",)
 #: The forward stage runs on a tiny model (float32 weights): the 0.5B numpy forward is too slow to explore.
 FORWARD_MODELS = ("tiny-qwen2-f32",)
-STAGES: dict[str, Stage] = {
+SEARCHABLE: dict[str, SearchStage] = {
     s.name: s
     for s in (
-        Stage("split", "split", TOKENIZER_MODELS, ("regex",), lambda m, o: texts.split_inputs()),
-        Stage(
+        SearchStage("split", "split", TOKENIZER_MODELS, ("regex",), lambda m, o: texts.split_inputs()),
+        SearchStage(
             "encode",
             "encode",
             TOKENIZER_MODELS,
@@ -63,37 +65,37 @@ STAGES: dict[str, Stage] = {
         ),
         # decode: llama.cpp's bytes only, as the decode snapshots — HF decodes to str, so it cannot
         # judge partial UTF-8 (its U+FFFD is not the bytes).
-        Stage("decode", "decode", TOKENIZER_MODELS, ("llamacpp",), _decode_inputs),
-        Stage(
+        SearchStage("decode", "decode", TOKENIZER_MODELS, ("llamacpp",), _decode_inputs),
+        SearchStage(
             "render",
             "render",
             ("qwen3-vocab",),
             ("hf",),
             lambda m, o: conversations.render_inputs(),
         ),
-        Stage(
+        SearchStage(
             "template",
             "render",
             ("constructs",),
             ("hf",),
             lambda m, o: templates.construct_inputs(),
         ),
-        Stage("sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()),
+        SearchStage("sample", "sample", ("sampler",), ("llamacpp",), lambda m, o: sampler.sample_inputs()),
         # logits: the engine's conformance class decides which (``session.plan``): exact is held to
         # transformers' f32 forward, quantized to llama.cpp, as in the logits gate.
-        Stage("logits", "logits/exact", FORWARD_MODELS, ("hf",), _logits_inputs),
+        SearchStage("logits", "logits/exact", FORWARD_MODELS, ("hf",), _logits_inputs),
         # generate: greedy streams with stop strings on a tiny model, judged per class as logits is;
         # the references generate without stop strings, the documented stop rule is applied to
         # their streams (``confirm.StopRuleReference``).
-        Stage("generate", "generate/exact", FORWARD_MODELS, ("hf",), generation.generate_inputs),
+        SearchStage("generate", "generate/exact", FORWARD_MODELS, ("hf",), generation.generate_inputs),
     )
 }
-QUANTIZED_LOGITS = Stage("logits", "logits/quantized", FORWARD_MODELS, ("llamacpp",), _logits_inputs)
-QUANTIZED_GENERATE = Stage(
+QUANTIZED_LOGITS = SearchStage("logits", "logits/quantized", FORWARD_MODELS, ("llamacpp",), _logits_inputs)
+QUANTIZED_GENERATE = SearchStage(
     "generate", "generate/quantized", FORWARD_MODELS, ("llamacpp",), generation.generate_inputs
 )
 #: ``--stages`` default: all but logits and generate (forward passes per example: asked for by name).
-DEFAULT_STAGES = tuple(name for name in STAGES if name not in ("logits", "generate"))
+DEFAULT_SEARCHABLE = tuple(name for name in SEARCHABLE if name not in ("logits", "generate"))
 
 
 def size(inp: dict[str, Any]) -> int:

@@ -19,6 +19,16 @@ class GateRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     case: str = ""  # the snapshot/corpus case id, when the gate has one (to replay it)
     answers: dict[str, str] = field(default_factory=dict)  # bounded answers (``specgate.run.case_answers``)
+    # What the case was gated on, so that triage, the case browser and the reproducers read
+    # the same (``specgate.upkeep.recorded_cases``): the ``--snapshot-dir`` its snapshot was
+    # read from ("" for the package's ``snapshots/``), and the input of a case that did not
+    # pass, when at most ``MAX_CARRIED_INPUT`` characters of JSON (else read from the snapshot).
+    snapshot_root: str = ""
+    input: dict[str, Any] | None = None
+
+
+#: The most characters of JSON a record carries as its case's input.
+MAX_CARRIED_INPUT = 16_384
 
 
 def run_verdict(records: list[GateRecord]) -> list[str]:

@@ -172,107 +172,172 @@ def search_stage(
     max_rss_mb: float = 6000.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> StageRun:
-    """Search one stage on one model until ``deadline`` (a ``clock`` time)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hypothesis_seed
-    from hypothesis.database import DirectoryBasedExampleDatabase
+    """Search one stage on one model until ``deadline`` (a ``clock`` time): ``StageSearch``."""
+    search = StageSearch(
+        stage, model_id, model, engine, oracle, deadline=deadline, shrink_share=shrink_share,
+        max_rss_mb=max_rss_mb, clock=clock,
+    )  # fmt: skip
+    return search.run(seed, database)
 
-    from specgate.run.triage import recheck, signature
-    from specgate.search.minimize import minimize
-    from specgate.search.stages import size
 
-    run = StageRun(stage.name, model_id)
-    start = clock()
-    resident_before = _rss_mb()  # the bound is on what the search adds, not on its host process
-    strategy = stage.inputs(model, oracle)
-    settled: set[str] = set()  # signatures shrunk in an earlier round: passing from then on
-    shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
-    tries: dict[str, int] = {}
-    outcomes: dict[str, int] = {}
-    id_kind = (
-        token_kinds(oracle, model)
-        if stage.gate_stage in ("decode", "logits/exact", "logits/quantized")
-        else None
-    )
-    shrink_until = [deadline]
-    stopped = [""]
+class StageSearch:
+    """One stage searched on one model: rounds of hypothesis examples (``run``), each
+    input put to the engine and the oracle (``probe``); a new signature's first input
+    shrunk within ``shrink_share`` of the time and ``settle``d, later inputs of a settled
+    signature kept as variants when their shape is new (``maybe_variant``)."""
 
-    def minimized(inp: dict[str, Any], sig: str) -> dict[str, Any]:
-        budget = min(VARIANT_SECONDS, max(0.0, deadline - clock()))
-        return minimize(stage, model, inp, sig, engine, oracle, budget, clock)[0] if budget else inp
+    def __init__(
+        self,
+        stage: Any,
+        model_id: str,
+        model: Any,
+        engine: Any,
+        oracle: Any,
+        *,
+        deadline: float,
+        shrink_share: float = 0.3,
+        max_rss_mb: float = 6000.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.stage, self.model_id, self.model = stage, model_id, model
+        self.engine, self.oracle = engine, oracle
+        self.deadline, self.shrink_share, self.max_rss_mb, self.clock = (
+            deadline,
+            shrink_share,
+            max_rss_mb,
+            clock,
+        )
+        self.result = StageRun(stage.name, model_id)
+        self.start = clock()
+        self.resident_before = _rss_mb()  # the bound is on what the search adds, not on its host process
+        self.strategy = stage.inputs(model, oracle)
+        self.settled: set[str] = set()  # signatures shrunk in an earlier round: passing from then on
+        self.shapes: dict[str, set[str]] = {}  # signature -> the shapes of its variants found
+        self.tries: dict[str, int] = {}
+        self.outcomes: dict[str, int] = {}
+        self.id_kind = (
+            token_kinds(oracle, model)
+            if stage.gate_stage in ("decode", "logits/exact", "logits/quantized")
+            else None
+        )
+        self.shrink_until = deadline
+        self.stopped = ""
 
-    def settle(sig: str) -> None:
+    def minimized(self, inp: dict[str, Any], sig: str) -> dict[str, Any]:
+        """``inp`` shrunk by triage's ddmin for at most ``VARIANT_SECONDS`` of what time is left."""
+        from specgate.search.minimize import minimize
+
+        budget = min(VARIANT_SECONDS, max(0.0, self.deadline - self.clock()))
+        if not budget:
+            return inp
+        return minimize(self.stage, self.model, inp, sig, self.engine, self.oracle, budget, self.clock)[0]
+
+    def settle(self, sig: str) -> None:
         """A signature's first candidate, minimized, gives the first known shape."""
-        candidate = run.candidates[sig]
-        candidate.input = minimized(candidate.input, sig)
-        candidate.shape = input_shape(candidate.input, id_kind)
-        shapes[sig] = {candidate.shape}
-        settled.add(sig)
+        candidate = self.result.candidates[sig]
+        candidate.input = self.minimized(candidate.input, sig)
+        candidate.shape = input_shape(candidate.input, self.id_kind)
+        self.shapes[sig] = {candidate.shape}
+        self.settled.add(sig)
 
-    def maybe_variant(sig: str, inp: dict[str, Any], verdict: Any) -> None:
+    def maybe_variant(self, sig: str, inp: dict[str, Any], verdict: Any) -> None:
         """A settled signature's new failing input, minimized: a new variant if its shape is new."""
-        if len(shapes[sig]) >= MAX_VARIANTS or tries.get(sig, 0) >= VARIANT_TRIES:
+        if len(self.shapes[sig]) >= MAX_VARIANTS or self.tries.get(sig, 0) >= VARIANT_TRIES:
             return
-        if stage.name == "generate":  # its prompts are the corpus's: one reproducer per signature
+        if self.stage.name == "generate":  # its prompts are the corpus's: one reproducer per signature
             return
-        tries[sig] = tries.get(sig, 0) + 1
-        small = minimized(inp, sig)
-        shape = input_shape(small, id_kind)
-        if shape not in shapes[sig]:
-            shapes[sig].add(shape)
-            run.candidates[f"{sig} ¦ {shape}"] = Candidate(
-                stage.name,
-                model_id,
+        self.tries[sig] = self.tries.get(sig, 0) + 1
+        small = self.minimized(inp, sig)
+        shape = input_shape(small, self.id_kind)
+        if shape not in self.shapes[sig]:
+            self.shapes[sig].add(shape)
+            self.result.candidates[f"{sig} ¦ {shape}"] = Candidate(
+                self.stage.name,
+                self.model_id,
                 sig,
                 verdict.outcome,
                 verdict.message,
                 small,
                 inp,
-                run.examples,
+                self.result.examples,
                 shape=shape,
             )
 
-    def probe(inp: dict[str, Any]) -> None:
-        now = clock()
-        if now > deadline or now > shrink_until[0] or stopped[0]:
+    def probe(self, inp: dict[str, Any]) -> None:
+        """One generated input through the engine and the oracle; a divergence of a new
+        signature is recorded and raised (one exception class per signature)."""
+        from specgate.run.triage import recheck, signature
+
+        run, now = self.result, self.clock()
+        if now > self.deadline or now > self.shrink_until or self.stopped:
             return
         run.examples += 1
-        if run.examples % 50 == 0 and _rss_mb() - resident_before > max_rss_mb:
-            stopped[0] = f"stopped: the search's resident memory grew by more than {max_rss_mb:g} MB"
+        if run.examples % 50 == 0 and _rss_mb() - self.resident_before > self.max_rss_mb:
+            self.stopped = f"stopped: the search's resident memory grew by more than {self.max_rss_mb:g} MB"
             return
         try:
-            verdict = recheck(stage.gate_stage, engine, oracle, model, inp)
+            verdict = recheck(self.stage.gate_stage, self.engine, self.oracle, self.model, inp)
         except Exception as exc:  # the oracle itself failed on this input: loud, never the engine's
             if len(run.oracle_errors) < 20:
                 run.oracle_errors.append({"input": inp, "error": f"{type(exc).__name__}: {exc}"[:500]})
             return
-        outcomes[verdict.outcome] = outcomes.get(verdict.outcome, 0) + 1
-        if run.examples == REFUSAL_PROBE and set(outcomes) <= {"refused", "n/a"}:
-            stopped[0] = (
+        self.outcomes[verdict.outcome] = self.outcomes.get(verdict.outcome, 0) + 1
+        if run.examples == REFUSAL_PROBE and set(self.outcomes) <= {"refused", "n/a"}:
+            self.stopped = (
                 f"stopped: the engine refused or could not take all of the first {REFUSAL_PROBE} inputs"
             )
         if verdict.outcome not in ("fail", "error"):
             return
-        sig = signature(stage.gate_stage, verdict.outcome, verdict.message)
-        if sig in settled:
+        sig = signature(self.stage.gate_stage, verdict.outcome, verdict.message)
+        if sig in self.settled:
             run.candidates[sig].hits += 1
-            maybe_variant(sig, inp, verdict)
+            self.maybe_variant(sig, inp, verdict)
             return
+        self.record(sig, inp, verdict, now)
+        raise _divergence(sig)(sig)
+
+    def record(self, sig: str, inp: dict[str, Any], verdict: Any, now: float) -> None:
+        """A divergence of a signature not yet settled: its first candidate (which opens
+        the shrink window), or a smaller input for the candidate it has."""
+        from specgate.search.searchable import size
+
+        run = self.result
         known = run.candidates.get(sig)
         if known is None:
             run.candidates[sig] = Candidate(
-                stage.name, model_id, sig, verdict.outcome, verdict.message, inp, inp, run.examples
+                self.stage.name, self.model_id, sig, verdict.outcome, verdict.message, inp, inp, run.examples
             )
-            shrink_until[0] = min(deadline, now + shrink_share * (deadline - start))
-        else:
-            known.hits += 1
-            if (size(inp), len(_key(inp))) < (size(known.input), len(_key(known.input))):
-                known.input, known.message = inp, verdict.message
-        raise _divergence(sig)(sig)
+            self.shrink_until = min(self.deadline, now + self.shrink_share * (self.deadline - self.start))
+            return
+        known.hits += 1
+        if (size(inp), len(_key(inp))) < (size(known.input), len(_key(known.input))):
+            known.input, known.message = inp, verdict.message
 
-    db = DirectoryBasedExampleDatabase(str(database)) if database is not None else None
-    base = int.from_bytes(hashlib.sha256(f"{seed}/{stage.name}/{model_id}".encode()).digest()[:4], "big")
-    while clock() < deadline and not stopped[0]:
+    def run(self, seed: int, database: Path | None) -> StageRun:
+        """Rounds until the deadline or a stop, each seeded with ``(seed, stage, model, k)``;
+        failing examples saved in (and first replayed from) the example ``database``."""
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        db = DirectoryBasedExampleDatabase(str(database)) if database is not None else None
+        key = f"{seed}/{self.stage.name}/{self.model_id}".encode()
+        base = int.from_bytes(hashlib.sha256(key).digest()[:4], "big")
+        run = self.result
+        while self.clock() < self.deadline and not self.stopped:
+            self.round(base + run.rounds, db)
+            for sig in [k for k in run.candidates if k not in self.settled and " ¦ " not in k]:
+                self.settle(sig)
+            run.rounds += 1
+        if self.stopped:
+            run.notes.append(self.stopped)
+        run.seconds = round(self.clock() - self.start, 3)
+        return run
+
+    def round(self, round_seed: int, db: Any) -> None:
+        """One round of ``EXAMPLES_PER_ROUND`` examples (the first replays the database)."""
+        from hypothesis import HealthCheck, Phase, given, settings
+        from hypothesis import seed as hypothesis_seed
+
+        run = self.result
         phases = [Phase.generate, Phase.shrink]
         if run.rounds == 0:
             phases.insert(0, Phase.reuse)
@@ -287,9 +352,9 @@ def search_stage(
             print_blob=False,
             verbosity=settings.default.verbosity,
         )
-        test = config(hypothesis_seed(base + run.rounds)(given(strategy)(probe)))
-        test._hypothesis_internal_database_key = f"specgate-search/{stage.name}/{model_id}".encode()
-        shrink_until[0] = deadline
+        test = config(hypothesis_seed(round_seed)(given(self.strategy)(self.probe)))
+        test._hypothesis_internal_database_key = f"specgate-search/{self.stage.name}/{self.model_id}".encode()
+        self.shrink_until = self.deadline
         try:
             test()
         except Exception as exc:  # the round found divergences (or its shrink was cut short): recorded above
@@ -297,13 +362,6 @@ def search_stage(
                 run.notes.append(
                     f"round {run.rounds}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 )
-        for sig in [k for k in run.candidates if k not in settled and " ¦ " not in k]:
-            settle(sig)
-        run.rounds += 1
-    if stopped[0]:
-        run.notes.append(stopped[0])
-    run.seconds = round(clock() - start, 3)
-    return run
 
 
 def _is_hypothesis_report(exc: BaseException) -> bool:

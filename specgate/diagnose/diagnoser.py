@@ -32,7 +32,7 @@ from typing import Any
 
 from specgate.diagnose import forward, generate, render, sampler, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis, of_stage
-from specgate.run.gate import NotApplicable, ReferenceDisagreement, Refused
+from specgate.outcomes.gate import NotApplicable, ReferenceDisagreement, Refused
 
 #: The catalogue of each stage: a module with ``CATALOGUE``, ``reference`` (the oracle's
 #: model), ``answer`` and ``applies`` (the deviated oracle) and ``ask`` (the engine); optionally
@@ -48,7 +48,7 @@ CATALOGUES: dict[str, ModuleType] = {
     "generate/exact": generate,
     "generate/quantized": generate,
 }
-STAGES = tuple(CATALOGUES)
+DIAGNOSABLE_ROWS = tuple(CATALOGUES)
 
 
 def hypotheses_of(stage: str) -> list[Hypothesis]:
@@ -135,7 +135,7 @@ class Diagnoser:
         deadline = self.clock() + self.budget
         rows: dict[tuple[str, str], list[Any]] = {}
         for r in records:
-            if r.stage in STAGES and r.outcome in ("fail", "pass"):
+            if r.stage in DIAGNOSABLE_ROWS and r.outcome in ("fail", "pass"):
                 rows.setdefault((r.stage, r.model), []).append(r)
         found: list[Diagnosis] = []
         for (stage, model_id), row in rows.items():

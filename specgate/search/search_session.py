@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate.search import confirm as confirming
-from specgate.search.run import Candidate, StageRun, search_stage
-from specgate.search.stages import (
-    DEFAULT_STAGES,
+from specgate.search import reference_confirm as confirming
+from specgate.search.searchable import (
+    DEFAULT_SEARCHABLE,
     FORWARD_MODELS,
     QUANTIZED_GENERATE,
     QUANTIZED_LOGITS,
-    STAGES,
+    SEARCHABLE,
     size,
 )
+from specgate.search.stage_search import Candidate, StageRun, search_stage
 
 #: Share of the budget spent searching; the rest minimizes and confirms.
 SEARCH_SHARE = 0.65
@@ -62,13 +62,13 @@ class SearchResult:
 def plan(engine: Any, stages: list[str] | None, models: list[str] | None) -> list[tuple[Any, str]]:
     """(stage, model id) pairs to search: the stages the engine offers, each on the
     given models (``--models``) or its default models."""
-    names = stages or list(DEFAULT_STAGES)
-    unknown = [s for s in names if s not in STAGES]
+    names = stages or list(DEFAULT_SEARCHABLE)
+    unknown = [s for s in names if s not in SEARCHABLE]
     if unknown:
-        raise SearchError(f"unknown stage(s) {unknown}; searchable stages: {', '.join(STAGES)}")
+        raise SearchError(f"unknown stage(s) {unknown}; searchable stages: {', '.join(SEARCHABLE)}")
     pairs = []
     for name in names:
-        stage = STAGES[name]
+        stage = SEARCHABLE[name]
         if name in ("logits", "generate") and "exact" not in engine.classes:
             stage = QUANTIZED_LOGITS if name == "logits" else QUANTIZED_GENERATE
         if not engine.offers(stage.capability):

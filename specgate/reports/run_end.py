@@ -1,13 +1,17 @@
 """The end of a run: the matrix on the terminal, the findings grouped by root cause and
-shrunk (``specgate.run.triage``), the reports written (``specgate.reports.parity``)."""
+shrunk (``specgate.run.triage``), the reports written (``specgate.reports.parity_report``) — or,
+when the engine did not start, the reports saying so (``startup_report``). It sits above
+``specgate.run`` (the floor it reads the session from) since it writes the reports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from specgate.run import crashloop, interrupts, startup
+from specgate.reports import parity_report as report
+from specgate.run import crashloop, interrupts, startup, triage
 from specgate.run.selection import selected_models, selected_stages
 from specgate.run.session import SESSION, SpecgateSession
 
@@ -18,8 +22,6 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash[SESSION]
     if not state.records or state.setup_error:
         return terminalreporter.write_line(f"ERROR: {state.setup_error}") if state.setup_error else None
-    from specgate.reports import parity as report
-
     terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
     terminalreporter.write_line(report.headline(state.records))
     terminalreporter.write_line(report.matrix_text(state.records))
@@ -38,9 +40,7 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
     import time
     from pathlib import Path
 
-    from specgate.reports import files
-    from specgate.reports import parity as report
-    from specgate.run import triage
+    from specgate.safe_io import files
 
     repro_dir = (
         Path(config.getoption("--report-dir"))
@@ -71,3 +71,13 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         f"specgate: {len(state.groups)} root-cause groups, {named} with a diagnosed cause, {made} minimized "
         f"reproducers ({time.monotonic() - start:.1f} s of diagnosing and shrinking)"
     )
+
+
+def startup_report(state: Any, config: Any, models_of: Callable, stages_of: Callable) -> None:
+    """The reports of a run whose engine did not start (no case was gated): the verdict
+    fails with the reason, the provenance says what was run. Printed like a run's."""
+    startup.attach_provenance(state, config, models_of, stages_of)
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    for path in report.write_reports(state, config.getoption("--report-dir")):
+        if terminal is not None:
+            terminal.write_line(f"report: {path}")

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from specgate.reports import browser as report_browser
-from specgate.reports import files
 from specgate.reports import html as report_html
-from specgate.reports.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
 from specgate.run import provenance, triage
-from specgate.run.gate import HEADINGS, OUTCOMES
+from specgate.safe_io import files
+from specgate.safe_io.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
 
 
 def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
@@ -168,10 +168,10 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
 
 
 def run_verdict_object(results: Any) -> dict[str, Any]:
-    """The run's ``verdict`` object (``specgate.run.verdict.verdict_object``): the engine not
+    """The run's ``verdict`` object (``specgate.outcomes.verdict.verdict_object``): the engine not
     starting and crash loops cut short come first among its reasons."""
+    from specgate.outcomes.verdict import verdict_object
     from specgate.run.crashloop import notes
-    from specgate.run.verdict import verdict_object
 
     before = [results.startup_failure] if getattr(results, "startup_failure", "") else []
     return verdict_object(
@@ -283,7 +283,7 @@ def check_shards(paths: list[Path], payloads: list[dict[str, Any]]) -> None:
 def merge(paths: list[Path]) -> MergedRun:
     """One run from its shards' JSON reports: their cases joined, the run verdict recomputed
     (a stage answered only by refusals fails whichever shards its cases ran in)."""
-    from specgate.run.verdict import GateRecord, run_verdict
+    from specgate.outcomes.verdict import GateRecord, run_verdict
 
     if not paths:
         raise MergeError("no report to merge")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specgate.run.gate import fail_if, reference_disagreement
+from specgate.outcomes.gate import fail_if, reference_disagreement
 
 #: The primary reference of each gate stage (the snapshot's own answer), as the
 #: reference names used in a case's ``sources``.
