@@ -89,8 +89,15 @@ for _op in OPS:
 class CmdEngine(_Requesting):
     name = "cmd"
 
-    def __init__(self, command_line: str, timeout: float | None = None, startup_timeout: float | None = None):
+    def __init__(
+        self,
+        command_line: str,
+        timeout: float | None = None,
+        startup_timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.command_line = command_line.strip()
+        self.env = env  # the process's environment (None: ours)
         try:
             self.argv = shlex.split(self.command_line)
         except ValueError as exc:
@@ -135,7 +142,7 @@ class CmdEngine(_Requesting):
         try:
             # Its own process group (a kill reaches its children too), killed when we die.
             self._proc = lifeline.spawn(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
             )
         except OSError as exc:
             raise EngineError(f"cmd: cannot start {self.command_line!r}: {exc}") from exc

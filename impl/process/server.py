@@ -13,11 +13,12 @@ messages.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -53,9 +54,14 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         return _error(rid, "bad_request", str(exc))
     try:
         result = OPS[op].invoke(engine, named)
+        if isinstance(result, Iterator):  # a generator for a list: consumed with a bound
+            result = list(itertools.islice(result, MAX_ITEMS + 1))
+            if len(result) > MAX_ITEMS:
+                return _error(rid, "engine", f"{engine.name} answered an iterator of more than "
+                              f"{MAX_ITEMS:,} items")  # fmt: skip
     except Unsupported as exc:
         return _error(rid, "unsupported", str(exc))
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt from the adapter: its error
         traceback.print_exc(file=sys.stderr)
         return _error(rid, "engine", f"{type(exc).__name__}: {exc}")
     if op == "trace" and isinstance(result, dict):  # float32 arrays, whatever the adapter computed in
@@ -71,6 +77,11 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     if result_problem:  # what this server sends follows the protocol, or is reported as the engine's failure
         return _error(rid, "engine", f"{engine.name} answered a result of the wrong shape: {result_problem}")
     return {"id": rid, "result": encoded}
+
+
+#: The most items taken from an adapter's iterator answer (no list answer of a request
+#: the gates make is longer: one id per byte of the longest text, ``impl.bounds``).
+MAX_ITEMS = 1 << 22
 
 
 def implemented_ops(engine: Engine) -> list[str]:
@@ -121,3 +132,34 @@ def serve(engine: Engine, stdin: Iterable[bytes] | None = None, stdout: IO[str] 
     finally:
         engine.close()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m impl.process.server --impl X [--check]``: serve adapter ``X`` (what
+    ``specgate engine`` and ``impl.registry.served`` run), or with ``--check`` only load
+    its class and say why it cannot be loaded."""
+    import argparse
+
+    from impl.registry import MissingExtra, UnknownImpl, _load_class, resolve
+
+    parser = argparse.ArgumentParser(prog="python -m impl.process.server")
+    parser.add_argument("--impl", required=True)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    out = None if args.check else claim_stdout()  # before the adapter loads
+    try:
+        if args.check:
+            if ":" in args.impl:
+                _load_class(args.impl)
+            else:
+                resolve(args.impl, in_process=True)
+            return 0
+        engine = resolve(args.impl, in_process=True)
+    except UnknownImpl as exc:
+        print(f"specgate engine: {exc}", file=sys.stderr)
+        return 4 if isinstance(exc, MissingExtra) else 2
+    return serve(engine, stdout=out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
