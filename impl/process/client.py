@@ -332,8 +332,9 @@ class CmdEngine(_Requesting):
         if not isinstance(response, dict):
             raise self._broken(f"answer to {what} is not a JSON object: {line[:200]!r}")
         del line  # the parsed answer is all that is kept
-        if response.get("id") != rid:
-            raise self._broken(f"answer carries id {response.get('id')!r}, expected {rid} for {what}")
+        said_id = response.get("id")
+        if type(said_id) is not int or said_id != rid:  # true == 1 and 2.0 == 2: not an exact match
+            raise self._broken(f"answer carries id {said_id!r}, expected {rid} for {what}")
         if "error" in response:
             err = response["error"] if isinstance(response["error"], dict) else {"message": response["error"]}
             said = bounds.cut(str(err.get("message", err)), bounds.BOUNDS.message_chars)
