@@ -7,8 +7,11 @@ trickling bytes cannot stretch it. A body larger than ``SPECGATE_HTTP_MAX_BODY_B
 (default 64 MiB; the largest answer asked for, a 512-token prompt echoed with 64
 log-probs per position, is ~1.5 MB of JSON) is refused as soon as it is known to be.
 Connection failures, HTTP 5xx answers, expired deadlines and overlong bodies are
-``EngineError``; a 4xx answer is a ``ClientError`` the flavours may interpret (a
-missing endpoint while probing). Requests go straight to the server named (no HTTP
+``EngineError``; a server that is gone or let the deadline pass is ``EngineDied``, the
+death the crash-loop rule counts (``specgate.run.crashloop``), so a server that hangs
+or trickles on every request has its row cut short instead of waiting out every case;
+a 4xx answer is a ``ClientError`` the flavours may interpret (a missing endpoint while
+probing). Requests go straight to the server named (no HTTP
 proxy): gated servers are local or reachable directly.
 """
 
@@ -76,8 +79,8 @@ class HttpClient:
                 f"{NAME}: {where} answered a body larger than {exc.limit} bytes "
                 f"(SPECGATE_HTTP_MAX_BODY_BYTES)"
             ) from None
-        except _Expired:
-            raise EngineError(
+        except _Expired:  # a server that hangs or trickles: counted like a death (crash loops)
+            raise EngineDied(
                 f"{NAME}: {where} was not answered in full within {self.timeout:g} s "
                 f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
             ) from None
@@ -99,7 +102,7 @@ class HttpClient:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise EngineError(f"{NAME}: {method} {path} answered malformed JSON: {first[:200]}") from None
         if time.monotonic() > deadline:  # parsing counts against the whole request's deadline
-            raise EngineError(
+            raise EngineDied(
                 f"{NAME}: {where} was not answered and parsed within {self.timeout:g} s "
                 f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
             )
