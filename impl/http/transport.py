@@ -26,6 +26,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from impl import bounds
 from impl.envvars import env_count, env_seconds
 from impl.protocol import EngineDied, EngineError
 
@@ -60,14 +61,17 @@ class HttpClient:
         """The parsed JSON answer; a 4xx answer raises ``ClientError``."""
         return self._http("GET", path)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        """The parsed JSON answer; every failure, 4xx included, is an ``EngineError``."""
+    def post(self, path: str, body: dict[str, Any], most_items: int | None = None) -> Any:
+        """The parsed JSON answer of at most ``most_items`` values (default
+        ``impl.bounds.BOUNDS.http_items``); every failure, 4xx included, is an ``EngineError``."""
         try:
-            return self._http("POST", path, body)
+            return self._http("POST", path, body, most_items)
         except ClientError as exc:
             raise EngineError(f"{NAME}: POST {path} -> HTTP {exc.code}: {exc.detail}") from None
 
-    def _http(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _http(
+        self, method: str, path: str, body: dict[str, Any] | None = None, most_items: int | None = None
+    ) -> Any:
         """One request, answered in full within ``self.timeout`` seconds and in at most
         ``self.max_body_bytes`` bytes, as parsed JSON."""
         where = f"{method} {self.base_url}{path}"
@@ -97,7 +101,15 @@ class HttpClient:
                 raise EngineError(f"{NAME}: {method} {path} -> HTTP {status}: {detail}")
             raise ClientError(status, detail)
         try:
-            answer = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            del raw
+            # The values it holds, counted before they are parsed (each costs 30-250 bytes).
+            bounds.check_json_items(
+                text, most_items or bounds.BOUNDS.http_items, "what this request can need"
+            )
+            answer = json.loads(text)
+        except EngineError as exc:
+            raise EngineError(f"{NAME}: {method} {path}: {exc}") from None
         except (ValueError, RecursionError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise EngineError(f"{NAME}: {method} {path} answered malformed JSON: {first[:200]}") from None

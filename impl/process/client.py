@@ -323,6 +323,12 @@ class CmdEngine(_Requesting):
         n_vocab = self._n_vocab(fields)
         max_line = min(self.max_line_bytes, bounds.answer_line_bytes(op, fields, n_vocab))
         line = self._read_line(self.timeout, what, deadline, max_line)
+        try:  # the values it holds, counted before they are parsed (each costs 30-250 bytes)
+            bounds.check_json_items(
+                line, bounds.answer_items(op, fields, n_vocab), "what this request can need"
+            )
+        except EngineError as exc:
+            raise self._broken(f"answer to {what}: {exc} (impl.bounds; killed)") from None
         try:
             response = json.loads(line)
         except (ValueError, RecursionError) as exc:
