@@ -13,6 +13,7 @@ would.
   a row.
 * ``hang-alternate``: as ``alternate``, but hangs (an hour) instead of dying: killed at
   ``SPECGATE_CMD_TIMEOUT`` on every other request.
+* ``refuse``: answers every request with an ``unsupported`` error (it answers nothing).
 * ``CRASHING_ENGINE_STARTS``, when set, names a file each start appends a line to (the
   tests count the processes started, a bound that does not depend on machine load).
 * ``no-start``: prints ``FATAL: cannot mmap weights …`` (and a few log lines around it)
@@ -67,6 +68,11 @@ def main() -> int:
         request = json.loads(line)
         if request.get("op") == "shutdown":
             return 0
+        if mode == "refuse":
+            error = {"type": "unsupported", "message": "not today"}
+            sys.stdout.write(json.dumps({"id": request["id"], "error": error}) + "\n")
+            sys.stdout.flush()
+            continue
         if mode in ("alternate", "hang-alternate") and n % 2 == 1:
             sys.stdout.write(json.dumps({"id": request["id"], "result": [1, 2, 3]}) + "\n")
             sys.stdout.flush()
