@@ -10,7 +10,7 @@ Accepted forms, in order:
 
 The built-in adapters run in the judge's process. Every other Python adapter (a
 ``module:Class`` or an entry point) runs in a process of its own, served over
-PROTOCOL.md (``python -m impl.process.server --impl X``, what ``specgate engine``
+PROTOCOL.md (``python -m impl.serve --impl X``, what ``specgate engine``
 runs) and reached through the ``cmd:`` client: an adapter is code the suite does not
 own, and in the judge's interpreter it could patch the references the diagnosis and
 the shrinking compare against (``oracle.rope.apply_rope``), or raise ``SystemExit``
@@ -89,7 +89,7 @@ def served(spec: str) -> Engine:
 
 
 def server_argv(spec: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "impl.process.server", "--impl", spec, *extra]
+    return [sys.executable, "-m", "impl.serve", "--impl", spec, *extra]
 
 
 def child_env() -> dict[str, str]:
