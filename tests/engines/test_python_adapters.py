@@ -13,6 +13,7 @@ same engine under ``cmd:``.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,33 @@ def test_an_escaping_adapter_errs_its_cases_and_fails_the_run(
     for pattern in ("parity-*.md", "parity-*.json", "parity-*.html"):
         assert list(reports.glob(pattern)), f"no {pattern} written: {sorted(reports.iterdir())}"
     assert run.peak_bytes is not None and run.peak_bytes < 2 * GB
+
+
+TINY = "tiny-qwen3-f32"
+
+
+def _judged(run) -> tuple[list, list]:
+    cases = sorted((c["nodeid"], c["outcome"], c.get("metrics")) for c in run.report["cases"])
+    groups = sorted((g["signature"], g.get("diagnosis")) for g in run.report["groups"])
+    return cases, groups
+
+
+@pytest.mark.slow  # two parity runs of the logits stage with diagnosis and shrinking: ~1 min
+def test_a_patching_adapter_is_judged_as_the_same_engine_under_cmd(tmp_path: Path) -> None:
+    """Issue 38's break: the same engine was judged KL 0.80 and left unnamed in process,
+    KL 0.93 and named as ``cmd:``. Gated as ``module:Class`` and as ``cmd:specgate engine``,
+    its cases, metrics and diagnosed groups are the same, and the RoPE variant is named."""
+    if TINY not in model_cache.cached_tiny_models():
+        model_missing(f"{TINY}; run: specgate models tiny")
+    spec = f"{ADAPTER}:PatchingEngine"
+    served = "cmd:" + " ".join([sys.executable, "-m", "specgate.cli", "engine", "--impl", spec])
+    args = ("--max-cases", "2", "--shrink-budget", "120")
+    module = run_parity(tmp_path / "module", spec, "logits", TINY, *args, timeout=900)
+    cmd = run_parity(tmp_path / "cmd", served, "logits", TINY, *args, timeout=900)
+    assert module.status == cmd.status == 1, module.output[-2000:] + cmd.output[-2000:]
+    (module_cases, module_groups), (cmd_cases, cmd_groups) = _judged(module), _judged(cmd)
+    assert module_cases == cmd_cases
+    assert module_groups == cmd_groups
+    assert module_groups and all("RoPE pairs (2i, 2i+1)" in (d or "") for _, d in module_groups), (
+        module_groups
+    )
