@@ -15,6 +15,7 @@ same table for the text it compares and prints.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -65,6 +66,15 @@ class Bounds:
     # this many characters around the divergence.
     diff_context_lines: int = 3
     diff_line_chars: int = 240
+    # JSON values (numbers, strings, lists, objects) an answer may hold beyond what its
+    # request needs (``answer_items``): an envelope, an error object, a handshake's
+    # lists. Parsed, a value costs 30-250 bytes (an empty list 56, a dict 64+), so an
+    # answer of ``[],[],…`` costs up to ~60 times its bytes: the count is checked on the
+    # text before it is parsed.
+    json_items_slack: int = 4096
+    # An http: answer's values when the endpoint sets no bound of its own (/completion
+    # with 64 log-probs a position for 512 positions: ~300,000): ≤ ~500 MB parsed.
+    http_items: int = 1 << 21
 
 
 BOUNDS = Bounds()
@@ -182,6 +192,52 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         per_token = b.piece_bytes * 2 * 3 + (top + 2) * 2 * b.json_number_bytes
         return tokens * per_token + slack
     return slack
+
+
+def answer_items(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
+    """The most JSON values an answer to ``op`` with these request fields can need
+    (arrays travel as ``$array`` strings, so a logits or trace answer holds a few)."""
+    b = BOUNDS
+    slack = b.json_items_slack
+    if op in ("encode", "split"):
+        return len(str(fields.get("text", "")).encode("utf-8", "surrogatepass")) + slack
+    if op == "decode":
+        return 4 * len(fields.get("ids", ())) + slack
+    if op == "logits":
+        return 8 * max(len(fields.get("ids", ())), 1) + slack
+    if op == "trace":
+        return 8 * len(fields.get("points", ())) + slack
+    if op == "sample":
+        steps = len(fields.get("params", {}).get("chain", ())) or 5
+        return (steps + 3) * (logits_width(fields.get("logits")) or n_vocab or b.max_n_vocab) * 2 + slack
+    if op == "generate":
+        params = fields.get("params", {})
+        tokens = int(params.get("max_tokens", 128)) + 1
+        return tokens * ((int(params.get("top_candidates", 3)) + 2) * 4 + 16) + slack
+    if op == "metadata":
+        return 16 * slack
+    return slack  # render, render_template: one string
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def json_items(text: str) -> int:
+    """An upper bound on the values a JSON text holds, without parsing it: its commas and
+    openers (outside strings), plus one."""
+    count = text.count(",") + text.count("[") + text.count("{") + 1
+    if count > BOUNDS.json_items_slack:  # commas and brackets inside strings do not count
+        bare = _JSON_STRING.sub('""', text)
+        count = bare.count(",") + bare.count("[") + bare.count("{") + 1
+    return count
+
+
+def check_json_items(text: str, bound: int, why: str) -> None:
+    """``EngineError`` when the JSON ``text`` holds more than ``bound`` values (before it
+    is parsed: what parsing it would cost is the point)."""
+    count = json_items(text)
+    if count > bound:
+        raise EngineError(f"answer holds {count:,} JSON values or more, over the bound of {bound:,} ({why})")
 
 
 def logits_width(logits: Any) -> int | None:

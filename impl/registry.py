@@ -7,11 +7,24 @@ Accepted forms, in order:
   * ``http:<base url>`` — a running llama.cpp-style HTTP server;
   * ``module:Class`` — any importable adapter class;
   * a name registered in the ``specgate.impls`` entry-point group.
+
+The built-in adapters run in the judge's process. Every other Python adapter (a
+``module:Class`` or an entry point) runs in a process of its own, served over
+PROTOCOL.md (``python -m impl.serve --impl X``, what ``specgate engine``
+runs) and reached through the ``cmd:`` client: an adapter is code the suite does not
+own, and in the judge's interpreter it could patch the references the diagnosis and
+the shrinking compare against (``oracle.rope.apply_rope``), or raise ``SystemExit``
+past every outcome. Out of process it is judged exactly as the same engine under
+``cmd:`` (ARCHITECTURE.md, "A judge no adapter can move"). ``in_process=True`` is for
+the server itself.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import shlex
+import sys
 from importlib.metadata import entry_points
 
 from impl.protocol import Engine
@@ -67,8 +80,26 @@ def _load_class(target: str) -> type[Engine]:
     return cls
 
 
-def resolve(spec: str) -> Engine:
-    """Build the adapter named by ``spec`` (see module docstring)."""
+def served(spec: str) -> Engine:
+    """The Python adapter ``spec`` in a process of its own, through the ``cmd:`` client.
+    The child finds what this interpreter finds: our ``sys.path`` is its ``PYTHONPATH``."""
+    from impl.process.client import CmdEngine
+
+    return CmdEngine(shlex.join(server_argv(spec)), env=child_env())
+
+
+def server_argv(spec: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "impl.serve", "--impl", spec, *extra]
+
+
+def child_env() -> dict[str, str]:
+    path = [p or os.getcwd() for p in sys.path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+
+
+def resolve(spec: str, in_process: bool = False) -> Engine:
+    """Build the adapter named by ``spec`` (see module docstring); a Python adapter
+    that is not built in runs out of process unless ``in_process``."""
     if spec.startswith("cmd:"):
         from impl.process.client import CmdEngine
 
@@ -81,15 +112,34 @@ def resolve(spec: str) -> Engine:
         _installed(spec)
         return _load_class(BUILTINS[spec])()
     if ":" in spec:
-        return _load_class(spec)()
+        return _load_class(spec)() if in_process else served(spec)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == spec:
+            if not in_process:
+                return served(spec)
             cls = ep.load()
             if not (isinstance(cls, type) and issubclass(cls, Engine)):
                 raise UnknownImpl(f"entry point {spec!r} does not name an Engine subclass")
             return cls()
     known = ", ".join([*BUILTINS, "cmd:<command>", "http:<url>", "module:Class"])
     raise UnknownImpl(f"unknown --impl {spec!r}; known: {known}, or a {ENTRY_POINT_GROUP} entry point")
+
+
+def _check_served(spec: str) -> None:
+    """``UnknownImpl`` with the child's one line when ``spec`` does not load there."""
+    import subprocess
+
+    from impl.process import lifeline
+
+    try:
+        proc = lifeline.run(server_argv(spec, "--check"), capture_output=True, text=True, timeout=300,
+                            env=child_env())  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise UnknownImpl(f"--impl {spec!r}: the adapter did not load within 300 s") from None
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        said = lines[-1] if lines else f"exit status {proc.returncode}"
+        raise UnknownImpl(said.removeprefix("specgate engine: ")[:500])
 
 
 def check(spec: str) -> None:
@@ -112,11 +162,12 @@ def check(spec: str) -> None:
     try:
         if spec.startswith(("cmd:", "http:")):
             engine = resolve(spec)
-        elif spec in BUILTINS or ":" in spec:
+        elif spec in BUILTINS:
             _installed(spec)
-            _load_class(BUILTINS.get(spec, spec))
+            _load_class(BUILTINS[spec])
             return
-        elif any(ep.name == spec for ep in entry_points(group=ENTRY_POINT_GROUP)):
+        elif ":" in spec or any(ep.name == spec for ep in entry_points(group=ENTRY_POINT_GROUP)):
+            _check_served(spec)  # imported in a child: never in the judge's process
             return
         else:
             resolve(spec)  # raises UnknownImpl naming what is known

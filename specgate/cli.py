@@ -125,7 +125,7 @@ def _engine(args: argparse.Namespace) -> int:
 
     out = claim_stdout()  # before the adapter loads: nothing it prints reaches the protocol's stdout
     try:
-        engine = resolve(args.impl)
+        engine = resolve(args.impl, in_process=True)
     except UnknownImpl as exc:
         print(f"specgate engine: {exc}", file=sys.stderr)
         return 4 if isinstance(exc, MissingExtra) else 2

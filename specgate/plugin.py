@@ -232,8 +232,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     interrupts.finish(session)  # an interrupted run: exit status 130
     state = session.config.stash.get(SESSION, None)
-    if state is None or not (state.records or state.setup_error):
-        return
+    if state is None or not (state.records or state.setup_error or interrupts.interrupted(session.config)):
+        return  # (an interrupt before any case was gated still gets its reports)
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # a pytest-xdist worker: the controller judges the whole run
         wire.send(state, workeroutput)

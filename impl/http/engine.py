@@ -44,8 +44,9 @@ whole-request deadline ``SPECGATE_HTTP_TIMEOUT``, the body bound
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,28 @@ from impl.http.transport import ClientError, HttpClient
 from impl.named_logprobs import NamedLogprobs
 from impl.protocol import Engine, EngineError, Messages, ModelRef, Unsupported
 
+#: What reading an answer of another shape than the endpoint's raises (a list where an
+#: object belongs, a string where ids do): the server's error, never a *fail*.
+MISSHAPEN = (AttributeError, KeyError, TypeError, IndexError, ValueError)
+
+
+def _shaped(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, an answer it cannot read being an ``EngineError`` naming the op."""
+
+    @functools.wraps(method)
+    def read(self: HttpEngine, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (EngineError, Unsupported):
+            raise
+        except MISSHAPEN as exc:
+            said = bounds.cut(f"{type(exc).__name__}: {exc}", 300)
+            raise EngineError(
+                f"http: {self.base_url} answered {method.__name__} in a shape this adapter cannot read ({said})"
+            ) from None
+
+    return read
+
 
 class HttpEngine(Engine):
     name = "http"
@@ -73,6 +96,7 @@ class HttpEngine(Engine):
     def base_url(self) -> str:
         return self.client.base_url
 
+    @_shaped
     def _probe(self) -> LlamaCppPythonServer | LlamaServer:
         """The server's flavour, probed on first use."""
         if self._server is None:
@@ -107,6 +131,7 @@ class HttpEngine(Engine):
     def version(self) -> str:
         return f"{self._probe().name} server at {self.base_url}"
 
+    @_shaped
     def encode(self, model: ModelRef, text: str, parse_special: bool) -> list[int]:
         ids = self._serving(model).encode(text, parse_special)
         size = len(text.encode("utf-8", "surrogatepass"))
@@ -116,6 +141,7 @@ class HttpEngine(Engine):
         bounds.check_ids(ids, bounds.model_n_vocab(model.gguf), "tokens")
         return ids
 
+    @_shaped
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
         out = self._serving(model).decode(ids)
         most = len(ids) * bounds.BOUNDS.piece_bytes
@@ -125,6 +151,7 @@ class HttpEngine(Engine):
             )
         return out
 
+    @_shaped
     def render(
         self, model: ModelRef, messages: Messages, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
@@ -134,9 +161,12 @@ class HttpEngine(Engine):
                 "/apply-template always adds the generation prompt and takes no template variables"
             )
         text = server.render(messages)
+        if not isinstance(text, str):
+            raise TypeError(f"prompt is a {type(text).__name__}, not a string")
         bounds.check_text(text, "prompt")
         return text
 
+    @_shaped
     def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
         server = self._serving(model)
         n_vocab = len(vocab.texts(model.gguf))
@@ -148,6 +178,7 @@ class HttpEngine(Engine):
             return NamedLogprobs.from_rows(rows, n_vocab, unnamed)
         return np.stack([_spread(row, n_vocab, k) for k, row in enumerate(rows)])
 
+    @_shaped
     def generate(self, model: ModelRef, ids: Sequence[int], params: dict[str, Any]) -> dict[str, Any]:
         server = self._serving(model)
         greedy = float(params.get("temperature", 0.8)) < 1e-6 or int(params.get("top_k", 40)) == 1

@@ -25,6 +25,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from impl import bounds
 from impl.http import vocab
 from impl.http.transport import GREEDY, NAME, ClientError, HttpClient
 from impl.protocol import EngineError, ModelRef, Unsupported
@@ -52,7 +53,12 @@ class LlamaCppPythonServer:
     def encode(self, text: str, parse_special: bool) -> list[int]:
         if not parse_special and "<" in text:
             raise Unsupported("llama-cpp-python's /extras/tokenize always parses special tokens")
-        return [int(t) for t in self.client.post("/extras/tokenize", {"input": text})["tokens"]]
+        return [
+            int(t)
+            for t in self.client.post(
+                "/extras/tokenize", {"input": text}, bounds.answer_items("encode", {"text": text}, None)
+            )["tokens"]
+        ]
 
     def decode(self, ids: Sequence[int]) -> bytes:
         try:
@@ -142,7 +148,12 @@ class LlamaCppPythonServer:
             raise Unsupported(
                 "the server takes prompts as text; these ids are not valid UTF-8 text"
             ) from None
-        again = [int(t) for t in self.client.post("/extras/tokenize", {"input": text})["tokens"]]
+        again = [
+            int(t)
+            for t in self.client.post(
+                "/extras/tokenize", {"input": text}, bounds.answer_items("encode", {"text": text}, None)
+            )["tokens"]
+        ]
         if again != list(ids):
             k = next(
                 (j for j, (a, b) in enumerate(zip(ids, again, strict=False)) if a != b),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from impl import bounds
 from impl.http.transport import GREEDY, HttpClient
 from impl.protocol import ModelRef
 
@@ -25,7 +26,12 @@ class LlamaServer:
 
     def encode(self, text: str, parse_special: bool) -> list[int]:
         body = {"content": text, "add_special": False, "parse_special": parse_special}
-        return [int(t) for t in self.client.post("/tokenize", body)["tokens"]]
+        return [
+            int(t)
+            for t in self.client.post("/tokenize", body, bounds.answer_items("encode", {"text": text}, None))[
+                "tokens"
+            ]
+        ]
 
     def decode(self, ids: Sequence[int]) -> bytes:
         return self.client.post("/detokenize", {"tokens": [int(i) for i in ids]})["content"].encode("utf-8")

@@ -7,8 +7,11 @@ trickling bytes cannot stretch it. A body larger than ``SPECGATE_HTTP_MAX_BODY_B
 (default 64 MiB; the largest answer asked for, a 512-token prompt echoed with 64
 log-probs per position, is ~1.5 MB of JSON) is refused as soon as it is known to be.
 Connection failures, HTTP 5xx answers, expired deadlines and overlong bodies are
-``EngineError``; a 4xx answer is a ``ClientError`` the flavours may interpret (a
-missing endpoint while probing). Requests go straight to the server named (no HTTP
+``EngineError``; a server that is gone or let the deadline pass is ``EngineDied``, the
+death the crash-loop rule counts (``specgate.run.crashloop``), so a server that hangs
+or trickles on every request has its row cut short instead of waiting out every case;
+a 4xx answer is a ``ClientError`` the flavours may interpret (a missing endpoint while
+probing). Requests go straight to the server named (no HTTP
 proxy): gated servers are local or reachable directly.
 """
 
@@ -23,6 +26,7 @@ import time
 import urllib.parse
 from typing import Any
 
+from impl import bounds
 from impl.envvars import env_count, env_seconds
 from impl.protocol import EngineDied, EngineError
 
@@ -57,14 +61,17 @@ class HttpClient:
         """The parsed JSON answer; a 4xx answer raises ``ClientError``."""
         return self._http("GET", path)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        """The parsed JSON answer; every failure, 4xx included, is an ``EngineError``."""
+    def post(self, path: str, body: dict[str, Any], most_items: int | None = None) -> Any:
+        """The parsed JSON answer of at most ``most_items`` values (default
+        ``impl.bounds.BOUNDS.http_items``); every failure, 4xx included, is an ``EngineError``."""
         try:
-            return self._http("POST", path, body)
+            return self._http("POST", path, body, most_items)
         except ClientError as exc:
             raise EngineError(f"{NAME}: POST {path} -> HTTP {exc.code}: {exc.detail}") from None
 
-    def _http(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _http(
+        self, method: str, path: str, body: dict[str, Any] | None = None, most_items: int | None = None
+    ) -> Any:
         """One request, answered in full within ``self.timeout`` seconds and in at most
         ``self.max_body_bytes`` bytes, as parsed JSON."""
         where = f"{method} {self.base_url}{path}"
@@ -76,8 +83,8 @@ class HttpClient:
                 f"{NAME}: {where} answered a body larger than {exc.limit} bytes "
                 f"(SPECGATE_HTTP_MAX_BODY_BYTES)"
             ) from None
-        except _Expired:
-            raise EngineError(
+        except _Expired:  # a server that hangs or trickles: counted like a death (crash loops)
+            raise EngineDied(
                 f"{NAME}: {where} was not answered in full within {self.timeout:g} s "
                 f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
             ) from None
@@ -94,12 +101,20 @@ class HttpClient:
                 raise EngineError(f"{NAME}: {method} {path} -> HTTP {status}: {detail}")
             raise ClientError(status, detail)
         try:
-            answer = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            del raw
+            # The values it holds, counted before they are parsed (each costs 30-250 bytes).
+            bounds.check_json_items(
+                text, most_items or bounds.BOUNDS.http_items, "what this request can need"
+            )
+            answer = json.loads(text)
+        except EngineError as exc:
+            raise EngineError(f"{NAME}: {method} {path}: {exc}") from None
         except (ValueError, RecursionError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise EngineError(f"{NAME}: {method} {path} answered malformed JSON: {first[:200]}") from None
         if time.monotonic() > deadline:  # parsing counts against the whole request's deadline
-            raise EngineError(
+            raise EngineDied(
                 f"{NAME}: {where} was not answered and parsed within {self.timeout:g} s "
                 f"(SPECGATE_HTTP_TIMEOUT, the deadline of the whole request)"
             )

@@ -89,8 +89,15 @@ for _op in OPS:
 class CmdEngine(_Requesting):
     name = "cmd"
 
-    def __init__(self, command_line: str, timeout: float | None = None, startup_timeout: float | None = None):
+    def __init__(
+        self,
+        command_line: str,
+        timeout: float | None = None,
+        startup_timeout: float | None = None,
+        env: dict[str, str] | None = None,
+    ):
         self.command_line = command_line.strip()
+        self.env = env  # the process's environment (None: ours)
         try:
             self.argv = shlex.split(self.command_line)
         except ValueError as exc:
@@ -135,7 +142,7 @@ class CmdEngine(_Requesting):
         try:
             # Its own process group (a kill reaches its children too), killed when we die.
             self._proc = lifeline.spawn(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
             )
         except OSError as exc:
             raise EngineError(f"cmd: cannot start {self.command_line!r}: {exc}") from exc
@@ -316,6 +323,12 @@ class CmdEngine(_Requesting):
         n_vocab = self._n_vocab(fields)
         max_line = min(self.max_line_bytes, bounds.answer_line_bytes(op, fields, n_vocab))
         line = self._read_line(self.timeout, what, deadline, max_line)
+        try:  # the values it holds, counted before they are parsed (each costs 30-250 bytes)
+            bounds.check_json_items(
+                line, bounds.answer_items(op, fields, n_vocab), "what this request can need"
+            )
+        except EngineError as exc:
+            raise self._broken(f"answer to {what}: {exc} (impl.bounds; killed)") from None
         try:
             response = json.loads(line)
         except (ValueError, RecursionError) as exc:
@@ -325,8 +338,9 @@ class CmdEngine(_Requesting):
         if not isinstance(response, dict):
             raise self._broken(f"answer to {what} is not a JSON object: {line[:200]!r}")
         del line  # the parsed answer is all that is kept
-        if response.get("id") != rid:
-            raise self._broken(f"answer carries id {response.get('id')!r}, expected {rid} for {what}")
+        said_id = response.get("id")
+        if type(said_id) is not int or said_id != rid:  # true == 1 and 2.0 == 2: not an exact match
+            raise self._broken(f"answer carries id {said_id!r}, expected {rid} for {what}")
         if "error" in response:
             err = response["error"] if isinstance(response["error"], dict) else {"message": response["error"]}
             said = bounds.cut(str(err.get("message", err)), bounds.BOUNDS.message_chars)

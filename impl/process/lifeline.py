@@ -15,6 +15,15 @@ its memory and CPU until someone finds it.
   The signal is tied to the *thread* that started the child: start long-lived
   children from a thread that lives as long as they should (the main thread).
 
+* with a marker in its environment (``SPECGATE_LIFELINE=<token>``), inherited by
+  whatever it starts, so that ``kill_group`` also finds what left its process group
+  and session: a grandchild that double-forked and called ``setsid`` is in no group of
+  ours and, reparented to init, in no tree of ours either — but it carries the marker
+  (``marked``: a scan of ``/proc/*/environ``, which root reads for every process). No
+  cgroup is needed. (An engine that scrubs its children's environment escapes the
+  scan; when we are killed outright, such a grandchild outlives us: only the direct
+  child has the parent-death signal.)
+
 Where ``prctl`` does not exist (not Linux), the child is still started in its own
 group; only the parent-death guarantee is lost.
 """
@@ -24,14 +33,20 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import itertools
 import os
+import secrets
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+#: The environment variable carrying a spawned child's token (``marked``).
+MARKER = "SPECGATE_LIFELINE"
+_TOKENS = itertools.count()
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -67,14 +82,41 @@ def tied() -> dict[str, Any]:
     return {"start_new_session": True, "preexec_fn": _die_with(os.getpid())}
 
 
+def _token() -> str:
+    return f"{os.getpid()}-{next(_TOKENS)}-{secrets.token_hex(6)}"
+
+
 def spawn(argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen[Any]:
-    """``subprocess.Popen(argv, ...)`` in its own session, killed when we die."""
-    return subprocess.Popen(list(argv), **tied(), **popen_kwargs)
+    """``subprocess.Popen(argv, ...)`` in its own session, killed when we die, its
+    environment (``env``, default ours) marked with a token of its own."""
+    token = _token()
+    env = popen_kwargs.pop("env", None)
+    proc = subprocess.Popen(list(argv), **tied(), env={**(os.environ if env is None else env), MARKER: token},
+                            **popen_kwargs)  # fmt: skip
+    proc.lifeline_token = token  # type: ignore[attr-defined]
+    return proc
 
 
 def run(argv: Sequence[str], **run_kwargs: Any) -> subprocess.CompletedProcess[Any]:
     """``subprocess.run(argv, ...)`` in its own session, killed when we die."""
     return subprocess.run(list(argv), **tied(), **run_kwargs)
+
+
+def marked(token: str) -> list[int]:
+    """The processes whose environment carries ``token`` (what a spawned child started,
+    wherever it went since: another session, reparented to init)."""
+    needle = f"{MARKER}={token}".encode()
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
 
 
 def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
@@ -86,6 +128,10 @@ def kill_group(proc: subprocess.Popen[Any], sig: int = signal.SIGKILL) -> None:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(sig)
+    token = getattr(proc, "lifeline_token", None)
+    for pid in marked(token) if token else ():  # what left the group (setsid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
 def stop_group(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:

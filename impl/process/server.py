@@ -13,11 +13,12 @@ messages.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -53,9 +54,14 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         return _error(rid, "bad_request", str(exc))
     try:
         result = OPS[op].invoke(engine, named)
+        if isinstance(result, Iterator):  # a generator for a list: consumed with a bound
+            result = list(itertools.islice(result, MAX_ITEMS + 1))
+            if len(result) > MAX_ITEMS:
+                return _error(rid, "engine", f"{engine.name} answered an iterator of more than "
+                              f"{MAX_ITEMS:,} items")  # fmt: skip
     except Unsupported as exc:
         return _error(rid, "unsupported", str(exc))
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt from the adapter: its error
         traceback.print_exc(file=sys.stderr)
         return _error(rid, "engine", f"{type(exc).__name__}: {exc}")
     if op == "trace" and isinstance(result, dict):  # float32 arrays, whatever the adapter computed in
@@ -71,6 +77,11 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     if result_problem:  # what this server sends follows the protocol, or is reported as the engine's failure
         return _error(rid, "engine", f"{engine.name} answered a result of the wrong shape: {result_problem}")
     return {"id": rid, "result": encoded}
+
+
+#: The most items taken from an adapter's iterator answer (no list answer of a request
+#: the gates make is longer: one id per byte of the longest text, ``impl.bounds``).
+MAX_ITEMS = 1 << 22
 
 
 def implemented_ops(engine: Engine) -> list[str]:

@@ -20,7 +20,7 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
     """The parity matrix and the run's failures on the terminal, the findings grouped and
     shrunk, the reports written."""
     state = config.stash[SESSION]
-    if not state.records or state.setup_error:
+    if (not state.records and not interrupts.interrupted(config)) or state.setup_error:
         return terminalreporter.write_line(f"ERROR: {state.setup_error}") if state.setup_error else None
     terminalreporter.write_sep("=", f"specgate parity matrix — impl {state.impl}")
     terminalreporter.write_line(report.headline(state.records))

@@ -9,6 +9,11 @@ exits at once, with status 130 and one line: whatever was under way (closing an
 engine, writing the report) is abandoned — the engines, in their own process groups
 with a parent-death signal (``impl.process.lifeline``), die with us.
 
+A ``SIGTERM`` (a CI job cancelled, ``timeout``, ``kill``) is handled as a first
+Ctrl-C: the report is written for what was gated, marked *interrupted (SIGTERM)*, and
+the run exits with status 143 (128 + SIGTERM). An interrupt before any case was gated
+(the first request hanging, the engine's start-up) still writes the reports, saying so.
+
 The state lives in one ``Interrupts`` object per run, kept in ``config.stash``.
 """
 
@@ -23,6 +28,7 @@ from typing import Any
 import pytest
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 NOT_SHRUNK = "the run was interrupted (Ctrl-C): not shrunk"
 
 
@@ -31,24 +37,36 @@ class Interrupts:
 
     def __init__(self) -> None:
         self.count = 0
+        self.signum = signal.SIGINT  # the first interrupt's signal
         self.session: pytest.Session | None = None  # set when the session finishes
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._handle)
 
     def restore(self) -> None:
-        if self._previous is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        if self._previous and threading.current_thread() is threading.main_thread():
+            for signum, previous in self._previous.items():
+                signal.signal(signum, previous)
+            self._previous = {}
+
+    @property
+    def status(self) -> int:
+        return EXIT_TERMINATED if self.signum == signal.SIGTERM else EXIT_INTERRUPTED
+
+    @property
+    def what(self) -> str:
+        return "SIGTERM" if self.signum == signal.SIGTERM else "Ctrl-C"
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.count += 1
         if self.count == 1:
+            self.signum = signum
             raise KeyboardInterrupt
         os.write(2, b"\nspecgate: interrupted twice: exiting at once, no report\n")
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(self.status)
 
 
 KEY = pytest.StashKey[Interrupts]()
@@ -74,7 +92,7 @@ def finish(session: pytest.Session) -> None:
     if (handler := session.config.stash.get(KEY, None)) is not None:
         handler.session = session
     if interrupted(session.config):  # pytest's own INTERRUPTED (2) is also a collection error: not this
-        session.exitstatus = EXIT_INTERRUPTED
+        session.exitstatus = session.config.stash[KEY].status
 
 
 def after_shrinking(config: pytest.Config, state: Any) -> None:
@@ -83,20 +101,21 @@ def after_shrinking(config: pytest.Config, state: Any) -> None:
     handler = config.stash.get(KEY, None)
     if handler is None or not handler.count or handler.session is None:
         return
-    if handler.session.exitstatus != EXIT_INTERRUPTED:
-        handler.session.exitstatus = EXIT_INTERRUPTED
+    if handler.session.exitstatus != handler.status:
+        handler.session.exitstatus = handler.status
         state.verdict.append(
-            "INTERRUPTED (Ctrl-C) while diagnosing or shrinking reproducers: every case was gated; "
+            f"INTERRUPTED ({handler.what}) while diagnosing or shrinking reproducers: every case was gated; "
             "groups not shrunk yet have no reproducer"
         )
 
 
 def verdict(session: pytest.Session, gated: int) -> list[str]:
     """The verdict line of an interrupted run (none for a run that was not)."""
-    if session.exitstatus != EXIT_INTERRUPTED:
+    handler = session.config.stash.get(KEY, None)
+    if handler is None or not handler.count:
         return []
     return [
-        f"INTERRUPTED (Ctrl-C) after {gated} gate case(s) of {session.testscollected} collected: "
+        f"INTERRUPTED ({handler.what}) after {gated} gate case(s) of {session.testscollected} collected: "
         "the report covers only the cases gated before it"
     ]
 

@@ -90,6 +90,14 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.save_to:
         _save([Path(f.reproducer_path) for f in failures if f.reproducer_path])
+    asked = sum(r.examples for r in result.runs)
+    if not sum(r.answered for r in result.runs):  # nothing searched: never a clean bill
+        print(
+            f"search: FAILS — the engine answered none of the {asked} input(s) asked "
+            "(each was refused, not applicable or an error): nothing was searched",
+            file=sys.stderr,
+        )
+        return 1
     return 1 if failures or result.by_verdict(ORACLE_BUG) else 0
 
 

@@ -123,6 +123,7 @@ class StageRun:
     stage: str
     model: str
     examples: int = 0
+    answered: int = 0  # examples the engine answered (pass or fail): not refused, n/a or an error
     seconds: float = 0.0
     rounds: int = 0
     candidates: dict[str, Candidate] = field(default_factory=dict)
@@ -282,6 +283,7 @@ class StageSearch:
                 run.oracle_errors.append({"input": inp, "error": f"{type(exc).__name__}: {exc}"[:500]})
             return
         self.outcomes[verdict.outcome] = self.outcomes.get(verdict.outcome, 0) + 1
+        run.answered += verdict.outcome in ("pass", "fail")
         if run.examples == REFUSAL_PROBE and set(self.outcomes) <= {"refused", "n/a"}:
             self.stopped = (
                 f"stopped: the engine refused or could not take all of the first {REFUSAL_PROBE} inputs"

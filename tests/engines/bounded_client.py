@@ -2,7 +2,8 @@
 
     python tests/engines/bounded_client.py '<json plan>'
 
-The plan is ``{"impl": "cmd:..." | "http:...", "calls": [["encode", "text"] | ["probe"], ...]}``.
+The plan is ``{"impl": "cmd:..." | "http:...", "calls": [["encode", "text"] | ["logits", n_ids] |
+["probe"], ...]}``.
 Prints one JSON object: per call its outcome (``ok`` with the value, or ``error`` /
 ``unsupported`` with the message, cut to 64 kB with its full length given), the
 process's resident-memory high-water mark (``VmHWM``) before the first call and
@@ -38,6 +39,8 @@ def call(engine: Any, name: str, *args: Any) -> Any:
         return sorted(engine.capabilities)
     if name == "encode":
         return engine.encode(MODEL, args[0], parse_special=False)
+    if name == "logits":
+        return engine.logits(MODEL, list(range(args[0]))).shape
     raise ValueError(f"unknown call {name!r}")
 
 

@@ -11,6 +11,9 @@ would.
 * ``alternate``: as ``loop``, but answers ``[1, 2, 3]`` to every other request (the
   first of each process's life) before dying on the next one: never three deaths in
   a row.
+* ``hang-alternate``: as ``alternate``, but hangs (an hour) instead of dying: killed at
+  ``SPECGATE_CMD_TIMEOUT`` on every other request.
+* ``refuse``: answers every request with an ``unsupported`` error (it answers nothing).
 * ``CRASHING_ENGINE_STARTS``, when set, names a file each start appends a line to (the
   tests count the processes started, a bound that does not depend on machine load).
 * ``no-start``: prints ``FATAL: cannot mmap weights …`` (and a few log lines around it)
@@ -65,10 +68,17 @@ def main() -> int:
         request = json.loads(line)
         if request.get("op") == "shutdown":
             return 0
-        if mode == "alternate" and n % 2 == 1:
+        if mode == "refuse":
+            error = {"type": "unsupported", "message": "not today"}
+            sys.stdout.write(json.dumps({"id": request["id"], "error": error}) + "\n")
+            sys.stdout.flush()
+            continue
+        if mode in ("alternate", "hang-alternate") and n % 2 == 1:
             sys.stdout.write(json.dumps({"id": request["id"], "result": [1, 2, 3]}) + "\n")
             sys.stdout.flush()
             continue
+        if mode == "hang-alternate":
+            time.sleep(3600)
         die_like_rust(n)
     return 0
 

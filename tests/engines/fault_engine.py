@@ -6,8 +6,8 @@ serves IMPL (default ``oracle``; ``toy`` / ``toy-own-templates`` are the small
 adapters below) over
 PROTOCOL.md, and injects one fault chosen by environment variables:
 
-  SPECGATE_FAULT       die | hang | garbage | wrong-id | wrong-shape | endless-line |
-                       flood-stderr | protocol | (unset: no fault)
+  SPECGATE_FAULT       die | hang | garbage | wrong-id | bool-id | float-id | wrong-shape |
+                       endless-line | bracket-bomb | flood-stderr | protocol | (unset: no fault)
   SPECGATE_FAULT_AT    the request number (1-based, counted per process) that faults
   SPECGATE_FAULT_ONCE  a file path: fault only if it does not exist yet, then create
                        it — so the restarted engine behaves (a one-off crash)
@@ -16,7 +16,9 @@ PROTOCOL.md, and injects one fault chosen by environment variables:
   SPECGATE_FAULT_PROTOCOL  the protocol version the ``protocol`` fault's handshake
                        names ("" names none)
 
-``wrong-shape`` answers a string where a result of another type is due;
+``bool-id`` / ``float-id`` answer the toy's encoding of ``a`` (``[97]``) under the id
+``true`` / the request's id as a float (``2.0``); ``bracket-bomb`` answers a result of ``SPECGATE_FAULT_BYTES`` bytes of ``[[],[],…]`` (a
+line inside the size bound whose parsed lists cost ~60 times its bytes); ``wrong-shape`` answers a string where a result of another type is due;
 ``endless-line`` starts a stdout line and never ends it (then hangs);
 ``flood-stderr`` writes to stderr, without a newline, before answering each request
 from ``SPECGATE_FAULT_AT`` on. The toy adapter itself exits (status 7) when asked to
@@ -173,6 +175,12 @@ def faulty(lines: Iterator[bytes], out: IO[str]) -> Iterator[bytes]:
                 out.write("{this is not json\n")
             elif mode == "wrong-id":
                 out.write(json.dumps({"id": request["id"] + 1000, "result": []}) + "\n")
+            elif mode in ("bool-id", "float-id"):
+                rid = True if mode == "bool-id" else float(request["id"])
+                out.write(json.dumps({"id": rid, "result": [97]}) + "\n")
+            elif mode == "bracket-bomb":
+                lists = max((_fault_bytes(MIB) or MIB) // 3, 1)
+                out.write(f'{{"id": {request["id"]}, "result": [' + "[]," * (lists - 1) + "[]]}\n")
             elif mode == "wrong-shape":
                 out.write(json.dumps({"id": request["id"], "result": "a string, not a list"}) + "\n")
             elif mode == "endless-line":

@@ -127,6 +127,51 @@ def test_an_endless_stdout_line_is_an_error_at_the_line_bound(tmp_path: Path) ->
     assert report["hwm_after"] < GB
 
 
+#: What a bomb inside the size bounds weighs: its parsed lists cost ~60 times as much.
+BOMB = 20 * MIB
+
+
+def test_an_answer_of_empty_lists_is_refused_before_it_is_parsed() -> None:
+    """A logits answer of 20 MB of ``[],[],…`` (inside the line bound of a 12-id request)
+    is refused on its count of JSON values, before ``json.loads`` builds ~7 M lists (issue
+    38: 60 MB of them peaked at 3.68 GB); the client holds the line, not its lists."""
+    impl, env = fault_engine("bracket-bomb", SPECGATE_FAULT_BYTES=str(BOMB), SPECGATE_CMD_TIMEOUT="300")
+    report = run_client(impl, [["logits", 12]], env, timeout=300)
+    [bomb] = report["results"]
+    assert bomb["outcome"] == "error", bomb
+    assert re.search(r"answer holds [\d,]+ JSON values or more, over the bound of", bomb["message"]), short(
+        bomb["message"]
+    )
+    assert report["growth"] < 4 * BOMB + 64 * MIB, f"the client grew by {report['growth'] / MIB:.0f} MiB"
+
+
+class TokenBomb(JsonHandler):
+    """llama.cpp's server whose /tokenize answers 20 MB of ids for any text."""
+
+    def do_GET(self) -> None:
+        if self.path == "/props":
+            self.answer({"model_path": None})
+        else:
+            self.send_error(404)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))  # unread, closing resets the connection
+        self.send_json(b'{"tokens": [' + b"1," * (BOMB // 2) + b"1]}")
+
+
+def test_an_http_answer_of_more_ids_than_bytes_is_refused_before_it_is_parsed() -> None:
+    """/tokenize of one character answered with 10 M ids (a 20 MB body, inside the 64 MiB
+    body bound) is refused on its count of JSON values (issue 38: 63 MB peaked at 1.97 GB)."""
+    with serving(TokenBomb) as url:
+        report = run_client(f"http:{url}", [["encode", "a"]], {}, timeout=300)
+    [bomb] = report["results"]
+    assert bomb["outcome"] == "error", bomb
+    assert "/tokenize: answer holds" in bomb["message"] and "JSON values" in bomb["message"], short(
+        bomb["message"]
+    )
+    assert report["growth"] < 4 * BOMB + 64 * MIB, f"the client grew by {report['growth'] / MIB:.0f} MiB"
+
+
 # --- http: body size and the whole request's time -------------------------------------
 
 

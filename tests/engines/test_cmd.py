@@ -172,6 +172,18 @@ def test_broken_answer_is_an_error_then_the_engine_restarts(
     assert engine.starts == 2
 
 
+@pytest.mark.parametrize(("fault", "at", "said"), [("bool-id", 1, "True"), ("float-id", 2, "2.0")])
+def test_an_id_that_only_equals_the_requests_is_refused(
+    toy, tmp_path: Path, fault: str, at: int, said: str
+) -> None:
+    """``true == 1`` and ``2.0 == 2`` in Python; the request id must be that integer (issue 38)."""
+    engine = toy(fault=fault, at=at, once=tmp_path / "fired")
+    for n in range(1, at):
+        assert engine.encode(MODEL, "a", parse_special=False) == [97], n
+    with pytest.raises(EngineError, match=rf"answer carries id {said}, expected {at}"):
+        engine.encode(MODEL, "a", parse_special=False)
+
+
 def test_hang_past_the_timeout_is_an_error_and_is_killed(toy, tmp_path: Path) -> None:
     engine = toy(fault="hang", at=1, timeout=5, once=tmp_path / "fired")  # the toy answers in ms
     engine.capabilities  # noqa: B018 — started outside the window: its start-up is the machine's load

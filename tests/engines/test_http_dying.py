@@ -7,14 +7,17 @@ on loopback (``dying_server.py``) that exits as the real one does."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from impl.process import lifeline
 from specgate.plugin import model_missing
 from specgate.run.crashloop import DEATHS_TO_CUT, NOT_ASKED
 from specgate.supply import models as model_cache
+from tests.engines.loopback import JsonHandler, serving
 from tests.engines.parity_run import ROOT, run_parity
 
 MODEL = "qwen3-vocab"
@@ -49,4 +52,45 @@ def test_a_server_that_crashes_is_cut_short_not_blamed_case_by_case(tmp_path: Pa
     assert 1 <= len(gone) <= DEATHS_TO_CUT, [c["message"] for c in gone]
     assert not_asked, "the rest of the row was cut short"
     assert not [c for c in cases if "Connection refused" in c["message"] and c not in gone + not_asked]
+    assert "crash loop cut short" in run.output
+
+
+class Trickling(JsonHandler):
+    """llama.cpp's server whose every POST answer trickles a byte every half second."""
+
+    def do_GET(self) -> None:
+        self.answer({"model_path": None})
+
+    def do_POST(self) -> None:
+        self.server.posts.append(self.path)  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "100000")
+        self.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(120):  # a minute at most: the client cuts it long before
+                self.wfile.write(b" ")
+                self.wfile.flush()
+                time.sleep(0.5)
+
+
+def test_a_server_that_trickles_every_answer_is_cut_short(tmp_path: Path) -> None:
+    """A request not answered in full within SPECGATE_HTTP_TIMEOUT is a death (issue 38):
+    it used to wait the full deadline on every case of the row (20 of 20)."""
+    if MODEL not in model_cache.cached_models():
+        model_missing(f"{MODEL}; run: specgate models fetch {MODEL}")
+    posted: list[str] = []
+    with serving(Trickling, posts=posted) as url:
+        run = run_parity(
+            tmp_path, f"http:{url}", "encode", MODEL, "--max-cases", "20", "-p", "no:xdist",
+            "--shrink-budget", "0", "--diagnose-budget", "0", env={"SPECGATE_HTTP_TIMEOUT": "2"},
+            timeout=600,
+        )  # fmt: skip
+    posts = len(posted)
+    cases = [c for c in run.report["cases"] if c["stage"] == "encode"]
+    not_asked = [c for c in cases if c["message"].startswith(NOT_ASKED)]
+    print(f"trickling server: {posts} requests asked, {len(not_asked)} cases not asked, exit {run.status}")
+    assert run.status == 1, run.output[-3000:]
+    assert posts <= DEATHS_TO_CUT, posts  # counted in requests, not seconds
+    assert len(not_asked) >= len(cases) - DEATHS_TO_CUT - 1 > 0, [c["message"][:120] for c in cases]
     assert "crash loop cut short" in run.output

@@ -170,3 +170,48 @@ def test_a_ctrl_c_while_the_fresh_engine_closes_still_writes_the_report(tmp_path
     reasons = payload["verdict"]["reasons"]
     assert any(v.startswith("INTERRUPTED (Ctrl-C) while") for v in reasons), reasons
     assert all(g["reproducer"] is None for g in payload["groups"]), payload["groups"]
+
+
+def reports_written(reports: Path) -> dict:
+    """The Markdown, HTML and JSON reports exist; the JSON's payload."""
+    stem = reports / report_stem(ENGINE, None)
+    for suffix in (".md", ".html"):
+        assert stem.with_name(stem.name + suffix).exists(), sorted(reports.rglob("*"))
+    return json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
+
+
+def test_sigterm_mid_run_writes_the_reports(tmp_path):
+    """SIGTERM (a cancelled CI job) stops the run as a first Ctrl-C does: the reports for
+    what was gated, marked INTERRUPTED (SIGTERM), exit 143 (issue 38: none was written)."""
+    reports = tmp_path / "reports"
+    proc, lines = start(reports)
+    wait_for_gated_cases(proc, lines, GATED_BEFORE_CTRL_C)
+    proc.send_signal(signal.SIGTERM)
+    code, out, err = finish(proc, lines)
+    assert code == 143, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    payload = reports_written(reports)
+    assert len(payload["cases"]) >= GATED_BEFORE_CTRL_C
+    assert any(r.startswith("INTERRUPTED (SIGTERM) after") for r in payload["verdict"]["reasons"])
+
+
+def test_ctrl_c_while_the_first_request_hangs_writes_the_reports(tmp_path):
+    """Ctrl-C before any case was gated (the engine's first answer takes an hour): the
+    reports are still written, saying the run was interrupted after 0 cases (issue 38:
+    none was written)."""
+    reports, starts = tmp_path / "reports", tmp_path / "starts"
+    proc, lines = start(reports, SLOW_ENGINE_DELAY="3600", SLOW_ENGINE_STARTS=str(starts))
+    deadline = time.monotonic() + CEILING
+    while not starts.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert starts.exists(), "the engine never started"
+    time.sleep(3.0)  # its handshake and the first request (or, on a stalled machine, its start-up)
+    proc.send_signal(signal.SIGINT)
+    code, out, err = finish(proc, lines)
+    assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    payload = reports_written(reports)
+    assert payload["cases"] == []
+    assert any(
+        r.startswith("INTERRUPTED (Ctrl-C) after 0 gate case(s)") for r in payload["verdict"]["reasons"]
+    )

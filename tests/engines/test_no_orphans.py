@@ -121,3 +121,63 @@ def test_a_killed_run_leaves_no_engine_or_server_behind(tmp_path: Path) -> None:
     assert not survivors, "left running after the run was killed:\n" + json.dumps(
         {pid: argv[:200] for pid, argv in survivors.items()}, indent=1
     )
+
+
+# An engine that double-forks a grandchild into a session of its own (``setsid``), which
+# writes its pid and sleeps; the engine then says hello and answers as the toy does.
+DOUBLE_FORKER = textwrap.dedent(
+    f"""
+    import json, os, sys, time
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(sys.argv[1], "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(600)
+        os._exit(0)
+    print(json.dumps({HELLO!r}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("op") == "shutdown":
+            break
+        print(json.dumps({{"id": request["id"], "result": [1]}}), flush=True)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def test_a_setsid_grandchild_of_an_engine_dies_with_it(tmp_path: Path) -> None:
+    """A grandchild that left the engine's process group and session is killed when the
+    engine is closed (issue 38: it outlived the run)."""
+    import shlex
+
+    from impl.process.client import CmdEngine
+    from impl.protocol import ModelRef
+
+    pid_file = tmp_path / "grandchild"
+    engine = CmdEngine(shlex.join([sys.executable, "-c", DOUBLE_FORKER, str(pid_file)]), timeout=60)
+    try:
+        assert engine.encode(ModelRef("m", Path("/nonexistent.gguf"), "ab" * 32), "a", False) == [1]
+        for _ in range(600):  # the grandchild writes its pid at once; 60 s only on a stalled machine
+            if pid_file.exists() and pid_file.read_text():
+                break
+            time.sleep(0.1)
+        grandchild = int(pid_file.read_text())
+        assert _alive(grandchild) and os.getsid(grandchild) != os.getsid(engine._proc.pid)
+    finally:
+        engine.close()
+    for _ in range(100):  # SIGKILL is immediate; the reaper (init) may take a moment
+        if not _alive(grandchild):
+            break
+        time.sleep(0.1)
+    alive = _alive(grandchild)
+    if alive:
+        os.kill(grandchild, signal.SIGKILL)  # no orphan left behind by this test either
+    assert not alive, f"the engine's setsid grandchild {grandchild} outlived it"

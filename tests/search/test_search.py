@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -426,3 +427,23 @@ def test_the_memory_bound_stops_a_stage(tmp_path: Path) -> None:
         seed=1, deadline=run.examples + 100, database=None, max_rss_mb=20.0, clock=itertools.count().__next__,
     )  # fmt: skip
     assert unbounded.examples > run.examples and not unbounded.notes, (run, unbounded)
+
+
+def test_a_search_of_an_engine_that_answers_nothing_fails(tmp_path: Path) -> None:
+    """An engine that refuses every input was searched for nothing: the search says so in
+    one line and exits 1 (issue 38: it exited 0, a clean bill)."""
+    import shlex
+    import subprocess
+
+    require("qwen3-vocab")
+    engine = Path(__file__).resolve().parents[1] / "engines" / "crashing_engine.py"
+    impl = "cmd:" + shlex.join([sys.executable, str(engine), "refuse"])
+    run = subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "search", "--impl", impl, "--stages", "encode", "--models",
+         "qwen3-vocab", "--budget", "60s", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "CRASHING_ENGINE_LOAD": "0"},
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
+    said = [line for line in run.stderr.splitlines() if "answered none of the" in line]
+    assert len(said) == 1 and "nothing was searched" in said[0], run.stderr[-2000:]
