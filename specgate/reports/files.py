@@ -29,7 +29,12 @@ def write_text(path: Path, text: str) -> None:
     kill leaves the old file or none, never a truncated one. A path that exists and is
     not a regular file (``/dev/full``, a directory, a FIFO) is never written or replaced.
     Any failure is one ``WriteError`` line."""
-    data = text.encode("utf-8", "backslashreplace")
+    write_bytes(path, text.encode("utf-8", "backslashreplace"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` as ``write_text`` writes text: atomically, never onto a path
+    that is not a regular file, any failure one ``WriteError`` line."""
     try:
         st = os.stat(path)
     except FileNotFoundError:

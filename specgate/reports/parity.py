@@ -496,10 +496,15 @@ def write_heatmap(
     title = [*textwrap.wrap(f"specgate parity — {png_text(impl)}", 60), f"verdict: {verdict} · {date}"]
     ax.set_title("\n".join(title), fontsize=10, pad=24, color="#a00" if verdict != "PASS" else "#161")
     fig.tight_layout()
+    import io
+
+    picture = io.BytesIO()  # drawn in memory, then written as every report file is (files.write_bytes)
     fig.savefig(
-        path,
+        picture,
+        format="png",
         dpi=110,
         metadata={"Title": f"specgate parity — {png_text(impl)}", "Verdict": verdict, "Date": date},
     )
     plt.close(fig)
+    files.write_bytes(path, picture.getvalue())
     return path

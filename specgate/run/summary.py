@@ -28,9 +28,12 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
     startup.attach_provenance(state, config, selected_models, selected_stages)
     shrink_reproducers(state, config, terminalreporter)
     from specgate.reports import files
+    from specgate.run import junit_file
 
     try:
         written = report.write_reports(state, config.getoption("--report-dir"))
+        if junit_file.write_error(config):
+            raise files.WriteError(junit_file.write_error(config))
     except files.WriteError as exc:  # a full disk, a directory gone: one line, a setup error (4)
         terminalreporter.write_line(report.terminal(f"ERROR: {exc}"), red=True, bold=True)
         if getattr(terminalreporter, "_session", None) is not None:

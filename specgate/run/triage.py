@@ -441,10 +441,15 @@ def shrink_groups(
                     f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 )
             if group.reproducer is not None:
-                repro_dir.mkdir(parents=True, exist_ok=True)
                 path = repro_dir / f"{group.id}.json"
                 body = {"impl": impl, **group.reproducer}
-                files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
+                try:  # a full disk: the group is reported without its reproducer, the run goes on
+                    repro_dir.mkdir(parents=True, exist_ok=True)
+                    files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
+                except OSError as exc:
+                    group.reproducer = None
+                    group.shrink_note = f"the reproducer could not be written: {str(exc)[:300]}"
+                    continue
                 group.reproducer_path = str(path)
     finally:
         if own:
