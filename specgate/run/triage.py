@@ -41,6 +41,7 @@ from typing import Any
 
 from specgate import stages
 from specgate.reports import files
+from specgate.run import reproducer
 from specgate.run.reproducer import ReproError, model_for  # noqa: F401
 from specgate.run.reproducer import load as load_reproducer  # noqa: F401
 from specgate.run.signatures import kind, message_signature, record_signature, signature
@@ -351,9 +352,10 @@ class Shrinker:
             "note": REFERENCE_NOTE,
             "input": small,
             "outcome": final.outcome,
-            "divergence": final.message,
-            "engine_answer": final.engine_answer,
-            "oracle_answer": final.oracle_answer,
+            # cut as every reproducer is (``reproducer.bounded_answer``): one ``repro`` replays
+            "divergence": reproducer.bounded_answer(final.message),
+            "engine_answer": reproducer.bounded_answer(final.engine_answer),
+            "oracle_answer": reproducer.bounded_answer(final.oracle_answer),
             "original_input": inp,
             "shrinking": {
                 "from_size": size(inp),
