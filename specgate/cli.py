@@ -157,14 +157,19 @@ def _repro(args: argparse.Namespace) -> int:
         return 4
     finally:
         engine.close()
-    print(f"reproducer {data.get('group', args.file)} ({data['stage']} · {data['model']}) on {args.impl}:")
-    print(f"input: {text_safety.json_escaped(data['input'])[:2000]}")
+    show = text_safety.terminal  # the reproducer's fields and the engine's message: text, never control
+    print(
+        show(f"reproducer {data.get('group', args.file)} ({data['stage']} · {data['model']}) on {args.impl}:")
+    )
+    print(show(f"input: {text_safety.json_escaped(data['input'])[:2000]}"))
     if verdict.outcome in ("fail", "error"):
         how = "the same way" if same else f"differently (expected: {data['signature']})"
-        print(f"still diverges from the oracle, {how}: {verdict.outcome}\n{verdict.message}")
+        print(show(f"still diverges from the oracle, {how}: {verdict.outcome}\n{verdict.message}"))
         return 1
     print(
-        f"no divergence from the oracle: {verdict.outcome}{': ' + verdict.message if verdict.message else ''}"
+        show(
+            f"no divergence from the oracle: {verdict.outcome}{': ' + verdict.message if verdict.message else ''}"
+        )
     )
     return 0
 
@@ -183,21 +188,38 @@ def _report(args: argparse.Namespace) -> int:
         return _report_diff(args)
 
     if args.action == "summary":
-        for name in args.files:
-            print(report_summary.embedded(Path(name)))
+        from specgate.safe_io import files
+
+        try:
+            shown = [report_summary.embedded(Path(name)) for name in args.files]
+        except files.UnsafeFile as exc:  # missing, a FIFO, /dev/zero, too large: a usage error
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 4
+        for text in shown:
+            print(text)
         return 0
 
     try:
         merged = report.merge([Path(p) for p in args.files])
-    except report.MergeError as exc:
+    except report.ReportFileError as exc:  # a file that is no report: a usage error
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
+    except report.MergeError as exc:  # reports that do not make one run
         print(f"specgate: {exc}", file=sys.stderr)
         return 2
     print(report.headline(merged.records))
     print(report.matrix_text(merged.records))
     for problem in merged.verdict:
-        print(f"specgate: RUN FAILS — {problem}")
+        print(report.terminal(f"specgate: RUN FAILS — {problem}"))
+    from specgate.safe_io import files
+
     junit = Path(args.out) / f"{report.report_stem(merged.impl)}.xml"
-    for path in [*report.write_reports(merged, args.out), report_junit.write(merged.records, junit)]:
+    try:
+        written = [*report.write_reports(merged, args.out), report_junit.write(merged.records, junit)]
+    except files.WriteError as exc:  # --out a file, a full disk: one line, a usage error
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
+    for path in written:
         print(f"report: {path}")
     return 1 if merged.verdict or any(r.outcome in ("fail", "error") for r in merged.records) else 0
 
@@ -220,7 +242,11 @@ def _report_diff(args: argparse.Namespace) -> int:
     summary = report_diff.markdown(result)
     print(summary, end="")
     if args.markdown:
-        files.write_text(Path(args.markdown), summary)
+        try:
+            files.write_text(Path(args.markdown), summary)
+        except files.WriteError as exc:  # a missing folder, /dev/full: 4, never 1 ("regressed")
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 4
     return 1 if result.regressed else 0
 
 

@@ -93,6 +93,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.xmlpath = os.path.join(config.getoption("--report-dir"), f"{stem}.xml")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from specgate.run import junit_file
+
+    junit_file.make_atomic(session.config)  # a full disk: no truncated JUnit file, no INTERNALERROR
+
+
 @pytest.fixture(scope="session")
 def specgate(request: pytest.FixtureRequest) -> SpecgateSession:
     return request.config.stash[SESSION]

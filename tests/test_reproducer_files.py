@@ -99,7 +99,35 @@ BAD = {
     ),
     "max_tokens 1e9": (
         base("generate/exact", {"prompt": [1, 2], "params": {"max_tokens": 10**9}}, "tiny-qwen2-f32"),
-        "1000000000 is greater than the maximum of 1024",
+        "1000000000 is greater than the maximum of 64",
+    ),
+    # issue 38: schema-valid bombs (1,024 logits ids on the 0.5B model: 155 s, 5.7 GB; a
+    # 4,096-id prompt with max_tokens 1,024: still running at 300 s), refused before any work
+    "logits of 513 ids": (
+        base("logits/exact", {"ids": [1] * 513}, "tiny-qwen2-f32"),
+        "longer than 512 (maxItems)",
+    ),
+    "a generate prompt of 513 ids": (
+        base("generate/exact", {"prompt": [1] * 513, "params": {"max_tokens": 1}}, "tiny-qwen2-f32"),
+        "longer than 512 (maxItems)",
+    ),
+    "max_tokens 65": (
+        base("generate/exact", {"prompt": [1, 2], "params": {"max_tokens": 65}}, "tiny-qwen2-f32"),
+        "65 is greater than the maximum of 64",
+    ),
+    "a 5,000-digit integer": (
+        '{"stage": "decode", "model": "qwen3-vocab", "signature": "s", "input": {"ids": ['
+        + "9" * 5000
+        + "]}}",
+        "a number in it is too long",
+    ),
+    "a 30-digit integer": (
+        base(
+            "sample",
+            {"logits": {"n_vocab": 4, "ids": [1], "values": [10**30]}, "params": {}, "r": 0.5},
+            "sampler",
+        ),
+        "is not a finite number of at most 20 digits",
     ),
     "decode of 10^6 ids": (base("decode", {"ids": [1] * 1_000_000}), "more than 300,000 JSON values"),
     "decode of 10^5+1 ids": (base("decode", {"ids": [1] * 100_001}), "longer than 100,000 (maxItems)"),
@@ -182,6 +210,56 @@ def test_save_to_corpus_refuses_a_wrong_typed_text_and_writes_nothing(tmp_path):
     finally:  # the repository's corpus as it was, whatever the code under test did
         if texts.read_bytes() != before:
             texts.write_bytes(before)
+
+
+def test_save_to_corpus_refuses_a_5000_digit_integer(tmp_path):
+    texts = ROOT / "corpus" / "texts" / "tokenizer.jsonl"
+    before = texts.read_bytes()
+    path = reproducer_file(tmp_path, '{"stage": "split", "model": "qwen3-vocab", "signature": "s", '
+                           '"group": "g", "input": {"text": "a", "n": ' + "9" * 5000 + "}}")  # fmt: skip
+    try:
+        one_line_exit_4(
+            cli("search", "--save-to", "corpus", "--from", str(path)), "a number in it is too long"
+        )
+        assert texts.read_bytes() == before
+    finally:
+        if texts.read_bytes() != before:
+            texts.write_bytes(before)
+
+
+def test_the_forward_limits_are_what_the_gates_ask():
+    """MAX_LOGITS_POSITIONS and MAX_PROMPT_IDS / MAX_GENERATE_TOKENS hold every logits and
+    generate case of the snapshots (a shrunk reproducer is never longer than its case)."""
+    longest = {"ids": 0, "prompt": 0, "max_tokens": 0}
+    for path in (ROOT / "snapshots").glob("*/*.json"):
+        if path.stem not in ("logits", "generate"):
+            continue
+        for case in json.loads(path.read_text(encoding="utf-8"))["cases"].values():
+            for key in ("ids", "prompt"):
+                if isinstance(case.get(key), list):
+                    longest[key] = max(longest[key], len(case[key]))
+            longest["max_tokens"] = max(longest["max_tokens"], case.get("params", {}).get("max_tokens", 0))
+    assert longest["ids"] > 0 and longest["prompt"] > 0 and longest["max_tokens"] > 0, longest
+    assert longest["ids"] <= reproducer.MAX_LOGITS_POSITIONS, longest
+    assert (
+        longest["prompt"] <= reproducer.MAX_PROMPT_IDS
+        and longest["max_tokens"] <= reproducer.MAX_GENERATE_TOKENS
+    )
+    assert 2 * longest["ids"] >= reproducer.MAX_LOGITS_POSITIONS, "the bound is far above what a gate asks"
+
+
+def test_a_huge_kept_answer_is_cut_to_a_reproducer_repro_accepts(tmp_path):
+    """main: a render answer of 7.9 M x U+0001 where the reference refuses was kept whole:
+    a 47.4 MB reproducer that ``specgate repro`` then refused (over MAX_FILE_BYTES)."""
+    answer = "\x01" * 7_900_000
+    kept = reproducer.bounded_answer(answer)
+    assert len(kept) < reproducer.MAX_ANSWER_CHARS + 100 and "characters cut" in kept
+    body = {**base("split", {"text": "a"}), "engine_answer": kept, "oracle_answer": None, "divergence": kept}
+    path = reproducer_file(tmp_path, body)
+    assert path.stat().st_size < reproducer.MAX_FILE_BYTES
+    assert reproducer.load(path)["engine_answer"] == kept
+    ids = list(range(10**6))
+    assert "characters cut" in reproducer.bounded_answer(ids) and reproducer.bounded_answer([1, 2]) == [1, 2]
 
 
 def test_a_group_id_never_leaves_the_corpus_folder(tmp_path):

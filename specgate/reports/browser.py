@@ -18,11 +18,11 @@ the snapshot root each record carries.
 from __future__ import annotations
 
 import json
-from html import escape
 from typing import Any
 
 from impl.bounds import cut
-from specgate.safe_io.text_safety import escaped, json_escaped, one_line
+from specgate.safe_io.text_safety import controls, escaped, json_escaped, one_line
+from specgate.safe_io.text_safety import html_text as escape
 
 #: The most characters of one shown value (input, reference answer, message).
 SHOWN_CHARS = 2000
@@ -111,7 +111,7 @@ def _rows(payload: dict[str, Any]) -> list[list[Any]]:
         d = details[i] if i < len(details) else {}
         kept = c.get("answers") if isinstance(c.get("answers"), dict) else {}
         message = _shown(escaped(_shown(str(c.get("message", "")).strip()), double_backslashes=False))
-        rows.append([c["stage"], c["model"], c["outcome"], c["nodeid"], message, d.get("input", ""),
+        rows.append([*(controls(str(c.get(k, ""))) for k in ("stage", "model", "outcome", "nodeid")), message, d.get("input", ""),
                      *(_shown(str(kept.get(k) or d.get(k, ""))) for k in ("reference", "engine", "diff", "where"))])  # fmt: skip
     return rows
 
@@ -216,7 +216,7 @@ const caseBrowser = (() => {
 def section(payload: dict[str, Any]) -> str:
     """The case browser's HTML: the cases' data (JSON in a script element that cannot
     close it), the table the script fills, the search and sort tools, the refusals."""
-    data = json.dumps(_rows(payload), ensure_ascii=False).replace("<", "\\u003c")
+    data = json_escaped(_rows(payload)).replace("<", "\\u003c")
     sorts = "".join(
         f'<option value="{i}">{name}</option>'
         for i, name in ((3, "case id"), (0, "stage"), (1, "model"), (2, "outcome"), (4, "message"))

@@ -19,14 +19,17 @@ something newly fails or errors, 0 otherwise, and 4 when a file is not a report.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgate.safe_io.text_safety import md_inline, md_text
+
 BAD = ("fail", "error")
 SHOWN = 10  # cases listed per section of the summary; the counts are always whole
-MAX_REPORT_BYTES = 512 * 1024 * 1024  # a JSON report is proportional to its cases
+#: The largest JSON report read (by ``diff`` and ``merge``); it is parsed only when
+#: ``files.parsed_cost`` is within ``files.MAX_PARSED_BYTES`` (1 GiB) too.
+MAX_REPORT_BYTES = 512 * 1024 * 1024
 
 
 class DiffError(ValueError):
@@ -64,16 +67,12 @@ class ReportDiff:
 
 def read_report(path: Path) -> dict[str, Any]:
     """A parity JSON report, or ``DiffError`` naming what is wrong with the file."""
-    try:
-        if not path.is_file():
-            raise DiffError(f"{path}: not a file")
-        if path.stat().st_size > MAX_REPORT_BYTES:
-            raise DiffError(
-                f"{path}: {path.stat().st_size} bytes, larger than any report ({MAX_REPORT_BYTES})"
-            )
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise DiffError(f"{path}: not a specgate JSON report ({type(exc).__name__}: {exc})"[:500]) from None
+    from specgate.safe_io import files
+
+    try:  # a regular file within MAX_REPORT_BYTES, parsed only when its cost is bounded
+        payload = files.read_json(path, MAX_REPORT_BYTES, "report")
+    except files.UnsafeFile as exc:
+        raise DiffError(str(exc)[:500]) from None
     cases = payload.get("cases") if isinstance(payload, dict) else None
     if not isinstance(cases, list) or not all(
         isinstance(c, dict) and isinstance(c.get("nodeid"), str) and isinstance(c.get("outcome"), str)
@@ -81,19 +80,6 @@ def read_report(path: Path) -> dict[str, Any]:
     ):
         raise DiffError(f"{path}: not a specgate JSON report (no list of cases with nodeid and outcome)")
     return payload
-
-
-def inline_code(text: str) -> str:
-    """``text`` as inert inline Markdown code: control characters as escapes, a backtick
-    fence longer than any backtick run inside."""
-    shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-    run = longest = 0
-    for c in shown:
-        run = run + 1 if c == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * (longest + 1)
-    pad = " " if shown.startswith("`") or shown.endswith("`") or not shown.strip() else ""
-    return f"{fence}{pad}{shown}{pad}{fence}"
 
 
 def _causes(payload: dict[str, Any]) -> set[str]:
@@ -150,7 +136,7 @@ def diff(old: dict[str, Any], new: dict[str, Any]) -> ReportDiff:
 
 def _first_line(message: str, width: int = 160) -> str:
     line = message.strip().splitlines()[0] if message.strip() else ""
-    return inline_code(line[:width] + ("…" if len(line) > width else ""))
+    return md_inline(line[:width] + ("…" if len(line) > width else ""))
 
 
 def _section(
@@ -160,8 +146,8 @@ def _section(
         return []
     lines = ["", f"### {title} ({len(changes)})", ""]
     for c in changes[:SHOWN]:
-        arrow = f"{c.old or 'absent'} → {c.new or 'absent'}"
-        lines.append(f"- {inline_code(c.nodeid)} ({arrow})")
+        arrow = f"{md_text(c.old or 'absent')} → {md_text(c.new or 'absent')}"
+        lines.append(f"- {md_inline(c.nodeid)} ({arrow})")
         if show_old_message and c.old_message:
             lines.append(f"  - was: {_first_line(c.old_message)}")
         if show_message and c.message:
@@ -174,9 +160,9 @@ def _section(
 def markdown(result: ReportDiff) -> str:
     """The short summary for a pull-request comment."""
     impls = (
-        inline_code(result.new_impl)
+        md_inline(result.new_impl)
         if result.old_impl == result.new_impl
-        else f"{inline_code(result.old_impl)} → {inline_code(result.new_impl)}"
+        else f"{md_inline(result.old_impl)} → {md_inline(result.new_impl)}"
     )
     verdict = "**newly failing cases**" if result.regressed else "nothing newly fails"
     lines = [
@@ -193,6 +179,6 @@ def markdown(result: ReportDiff) -> str:
     lines += _section("Gated only before", result.only_old, show_message=False)
     if result.causes_gone or result.causes_new:
         lines += ["", "### Root causes", ""]
-        lines += [f"- gone: {inline_code(c)}" for c in result.causes_gone[:SHOWN]]
-        lines += [f"- new: {inline_code(c)}" for c in result.causes_new[:SHOWN]]
+        lines += [f"- gone: {md_inline(c)}" for c in result.causes_gone[:SHOWN]]
+        lines += [f"- new: {md_inline(c)}" for c in result.causes_new[:SHOWN]]
     return "\n".join(lines) + "\n"

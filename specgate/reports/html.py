@@ -11,12 +11,12 @@ filters can be preset from the address's fragment — ``page.html#outcome=fail&s
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any
 
 from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from specgate.reports import browser as report_browser
 from specgate.safe_io.text_safety import controls, escaped, json_escaped
+from specgate.safe_io.text_safety import html_text as escape
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -173,11 +173,11 @@ def verdict_html(verdict: Any) -> str:
 
 def provenance_html(prov: Any) -> str:
     """Who and what the run was (``specgate.run.provenance``), as a short list."""
-    from specgate.run.provenance import markdown
+    from specgate.run.provenance import lines
 
     if not isinstance(prov, dict):
         return ""
-    items = "".join(f"<li>{escape(line.removeprefix('- ').replace('`', ''))}</li>" for line in markdown(prov))
+    items = "".join(f"<li>{escape(label)}{escape(text)}</li>" for label, text in lines(prov))
     return f'<ul id="provenance" class="note">{items}</ul>'
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.safe_io import files
+from specgate.safe_io.text_safety import xml_text
 
 MESSAGE_CHARS = 2000  # a message attribute stays one readable line in CI views
 
@@ -22,16 +23,19 @@ def write(records: Sequence[Any], path: Path, name: str = "specgate") -> Path:
     suite = ET.Element("testsuite", name=name, tests=str(len(records)))
     counts = {"failures": 0, "errors": 0, "skipped": 0}
     for r in records:
-        case = ET.SubElement(suite, "testcase", classname=f"{r.stage}.{r.model}", name=r.nodeid)
-        message = r.message.splitlines()[0][:MESSAGE_CHARS] if r.message else ""
+        case = ET.SubElement(
+            suite, "testcase", classname=xml_text(f"{r.stage}.{r.model}"), name=xml_text(r.nodeid)
+        )
+        text = xml_text(r.message)
+        message = text.splitlines()[0][:MESSAGE_CHARS] if text else ""
         if r.outcome == "fail":
-            ET.SubElement(case, "failure", message=message).text = r.message
+            ET.SubElement(case, "failure", message=message).text = text
             counts["failures"] += 1
         elif r.outcome == "error":
-            ET.SubElement(case, "error", message=message).text = r.message
+            ET.SubElement(case, "error", message=message).text = text
             counts["errors"] += 1
         elif r.outcome != "pass":
-            ET.SubElement(case, "skipped", message=f"{r.outcome}: {message}")
+            ET.SubElement(case, "skipped", message=f"{xml_text(r.outcome)}: {message}")
             counts["skipped"] += 1
     suite.attrib.update({k: str(v) for k, v in counts.items()})
     root = ET.Element("testsuites")

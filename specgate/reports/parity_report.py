@@ -17,7 +17,7 @@ from specgate.reports import browser as report_browser
 from specgate.reports import html as report_html
 from specgate.run import provenance, triage
 from specgate.safe_io import files
-from specgate.safe_io.text_safety import json_escaped, md_fence, md_inline, md_text, terminal
+from specgate.safe_io.text_safety import json_escaped, md_fence, md_inline, md_text, png_text, terminal
 
 
 def report_stem(impl: str, shard: tuple[int, int] | None = None) -> str:
@@ -95,7 +95,8 @@ def matrix_text(records: list[Any]) -> str:
 
 def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     out = Path(report_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if (why := files.writable_dir(out)) is not None:
+        raise files.WriteError(f"cannot write the reports into {out}: {why}")
     stem = out / report_stem(
         getattr(results, "report_name", "") or results.impl, getattr(results, "shard", None)
     )
@@ -131,7 +132,7 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
         "",
         f"Models gated ({len(payload['models'])}): {md_text(', '.join(payload['models']))}",
         "",
-        *provenance.markdown(payload["provenance"] or {}),
+        *provenance_markdown(payload["provenance"] or {}),
         "",
         "| stage | model | " + " | ".join(OUTCOMES) + " | metrics |",
         "|---|---|" + "---:|" * len(OUTCOMES) + "---|",
@@ -167,6 +168,16 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
     return [md_path, json_path, html_path, *([png_path] if png_path is not None else [])]
 
 
+def provenance_markdown(prov: dict[str, Any]) -> list[str]:
+    """The provenance as a few Markdown lines, every value escaped (``md_text``: a
+    handshake's name is the engine's own words) and the command inline code it cannot
+    close (``md_inline``)."""
+    return [
+        f"- {label}{md_inline(text) if label == 'command: ' else md_text(text)}"
+        for label, text in provenance.lines(prov)
+    ]
+
+
 def run_verdict_object(results: Any) -> dict[str, Any]:
     """The run's ``verdict`` object (``specgate.outcomes.verdict.verdict_object``): the engine not
     starting and crash loops cut short come first among its reasons."""
@@ -198,7 +209,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
     cause = group.get("diagnosis")
     lines = [
-        f"### {group['outcome']}: {group['stage']} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
+        f"### {md_text(group['outcome'])}: {md_text(group['stage'])} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
         "",
         *(
             [f"**Diagnosis:** {md_text(group['evidence'])}.  "]
@@ -240,18 +251,96 @@ class MergedRun:
     provenance: dict[str, Any] | None = None  # the shards' (``merged_provenance``)
 
 
-def _read_report(path: Path) -> dict[str, Any]:
+class ReportFileError(MergeError):
+    """A file that is not a specgate JSON report a merge can take (a usage error: exit 4)."""
+
+
+#: The longest stage, node id or impl string taken from a report file.
+MAX_NAME_CHARS = 2000
+_CASE_TEXT = ("stage", "model", "outcome", "nodeid")
+
+
+def _read_report(path: Path, budget: int) -> tuple[dict[str, Any], int]:
+    """A shard's JSON report and what parsing it cost (``files.parsed_cost``), read when
+    it is a regular file within ``MAX_REPORT_BYTES`` whose cost is within ``budget`` (the
+    shards of one merge share ``files.MAX_PARSED_BYTES``), and checked field by field
+    (``check_report``): a malformed one is one ``ReportFileError`` line."""
+    from specgate.reports.diff import MAX_REPORT_BYTES
+
+    cost = 0
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        if (
-            not isinstance(payload, dict)
-            or not isinstance(payload.get("cases"), list)
-            or "impl" not in payload
+        data = files.read_regular(path, MAX_REPORT_BYTES, "report")
+        cost = files.parsed_cost(data)
+        payload = files.parse_json(data, path, "report", budget)
+    except files.UnsafeFile as exc:
+        shared = " (the reports of one merge share this bound)" if cost > budget else ""
+        raise ReportFileError(f"{exc}{shared}") from None
+    problem = check_report(payload)
+    if problem:
+        raise ReportFileError(f"{path}: not a specgate JSON report: {problem}"[:1000])
+    return payload, cost
+
+
+def check_report(payload: Any) -> str | None:
+    """None when ``payload`` is a report a merge can take: an object with a string
+    ``impl``, a ``shard`` that is null or ``[I, N]`` with 1 <= I <= N, a ``provenance``
+    that is null or an object, and ``cases`` each an object of ``GateRecord``'s fields
+    only, with their types, a known outcome and a model id that is one safe path
+    component (``files.component_problem``). Else what is wrong, in a few words."""
+    from specgate.outcomes.verdict import GateRecord
+
+    if not isinstance(payload, dict):
+        return f"a JSON {type(payload).__name__}, not an object"
+    if not isinstance(payload.get("impl"), str) or len(payload["impl"]) > MAX_NAME_CHARS:
+        return f"its impl is not a string (of at most {MAX_NAME_CHARS} characters)"
+    shard = payload.get("shard")
+    if shard is not None and not (
+        isinstance(shard, list)
+        and len(shard) == 2
+        and all(type(n) is int for n in shard)
+        and 1 <= shard[0] <= shard[1] <= 100_000
+    ):
+        return f"its shard is {_short(shard)}, not null or [I, N] with 1 <= I <= N"
+    if payload.get("provenance") is not None and not isinstance(payload["provenance"], dict):
+        return "its provenance is not an object"
+    cases = payload.get("cases")
+    if not isinstance(cases, list):
+        return "no list of cases"
+    fields = set(GateRecord.__dataclass_fields__)
+    for i, case in enumerate(cases):
+        if not isinstance(case, dict):
+            return f"case {i} is {_short(case)}, not an object"
+        if extra := sorted(set(case) - fields):
+            return f"case {i} has unknown fields: {', '.join(map(repr, extra))[:200]}"
+        for key in _CASE_TEXT:
+            if not isinstance(case.get(key), str) or len(case[key]) > MAX_NAME_CHARS:
+                return f"case {i}'s {key} is {_short(case.get(key))}, not a string"
+        if case["outcome"] not in OUTCOMES:
+            return f"case {i}'s outcome {_short(case['outcome'])} is none of {', '.join(OUTCOMES)}"
+        if (why := files.component_problem(case["model"])) is not None:
+            return f"case {i}'s model {_short(case['model'])} is no model id: {why}"
+        for key in ("message", "case"):
+            if not isinstance(case.get(key, ""), str):
+                return f"case {i}'s {key} is {_short(case[key])}, not a string"
+        metrics = case.get("metrics", {})
+        if not isinstance(metrics, dict) or not all(
+            isinstance(v, (int, float, str, bool)) or v is None for v in metrics.values()
         ):
-            raise ValueError("no impl or cases")
-    except (OSError, ValueError) as exc:
-        raise MergeError(f"{path}: not a specgate JSON report ({exc})") from None
-    return payload
+            return f"case {i}'s metrics are {_short(metrics)}, not an object of numbers"
+        answers = case.get("answers", {})
+        if not isinstance(answers, dict) or not all(isinstance(v, str) for v in answers.values()):
+            return f"case {i}'s answers are {_short(answers)}, not an object of strings"
+    return None
+
+
+def _short(value: Any) -> str:
+    """A value named in an error line: its JSON, cut, controls escaped."""
+    shown = (
+        json.dumps(value, ensure_ascii=False, default=str)
+        if not isinstance(value, (dict, list))
+        else type(value).__name__
+    )
+    return terminal(shown[:80] + ("…" if len(shown) > 80 else ""))
 
 
 def check_shards(paths: list[Path], payloads: list[dict[str, Any]]) -> None:
@@ -287,13 +376,19 @@ def merge(paths: list[Path]) -> MergedRun:
 
     if not paths:
         raise MergeError("no report to merge")
-    payloads = [_read_report(path) for path in paths]
+    payloads, budget = [], files.MAX_PARSED_BYTES
+    for path in paths:
+        payload, cost = _read_report(path, budget)
+        payloads.append(payload)
+        budget -= cost
     check_shards(paths, payloads)
     records, where = [], {}
     for path, payload in zip(paths, payloads, strict=True):
         for case in payload["cases"]:
             if case["nodeid"] in where:
-                raise MergeError(f"case {case['nodeid']} is in both {where[case['nodeid']]} and {path}")
+                raise MergeError(
+                    f"case {_short(case['nodeid'])} is in both {where[case['nodeid']]} and {path}"
+                )
             where[case["nodeid"]] = path
             records.append(GateRecord(**case))
     return MergedRun(
@@ -307,7 +402,13 @@ def merged_provenance(paths: list[Path], payloads: list[dict[str, Any]]) -> dict
     provs = [p.get("provenance") or {} for p in payloads]
     if not any(provs):
         return None
-    models = [m for prov in provs for m in (prov.get("models") or [])]
+    models = [
+        m
+        for prov in provs
+        if isinstance(prov.get("models"), list)
+        for m in prov["models"]
+        if isinstance(m, str)
+    ]
     merged = [
         {
             "file": path.name,
@@ -373,7 +474,7 @@ def write_heatmap(
     fig, ax = plt.subplots(figsize=(2.0 + 1.3 * len(OUTCOMES), 1.2 + 0.42 * max(len(rows), 1)))
     ax.imshow(rgb, aspect="auto")
     ax.set_xticks(range(len(OUTCOMES)), list(HEADINGS))
-    ax.set_yticks(range(len(rows)), [f"{stage} · {model}" for stage, model in rows])
+    ax.set_yticks(range(len(rows)), [png_text(f"{stage} · {model}") for stage, model in rows])
     ax.xaxis.tick_top()
     for i in range(len(rows)):
         for j in range(len(OUTCOMES)):
@@ -392,11 +493,18 @@ def write_heatmap(
 
     verdict = verdict_line(table, list(problems))
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    title = [*textwrap.wrap(f"specgate parity — {impl}", 60), f"verdict: {verdict} · {date}"]
+    title = [*textwrap.wrap(f"specgate parity — {png_text(impl)}", 60), f"verdict: {verdict} · {date}"]
     ax.set_title("\n".join(title), fontsize=10, pad=24, color="#a00" if verdict != "PASS" else "#161")
     fig.tight_layout()
+    import io
+
+    picture = io.BytesIO()  # drawn in memory, then written as every report file is (files.write_bytes)
     fig.savefig(
-        path, dpi=110, metadata={"Title": f"specgate parity — {impl}", "Verdict": verdict, "Date": date}
+        picture,
+        format="png",
+        dpi=110,
+        metadata={"Title": f"specgate parity — {png_text(impl)}", "Verdict": verdict, "Date": date},
     )
     plt.close(fig)
+    files.write_bytes(path, picture.getvalue())
     return path

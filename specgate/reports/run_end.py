@@ -29,7 +29,18 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
         terminalreporter.write_line(report.terminal(f"specgate: RUN FAILS — {problem}"), red=True, bold=True)
     startup.attach_provenance(state, config, selected_models, selected_stages)
     shrink_reproducers(state, config, terminalreporter)
-    written = report.write_reports(state, config.getoption("--report-dir"))
+    from specgate.run import junit_file
+    from specgate.safe_io import files
+
+    try:
+        written = report.write_reports(state, config.getoption("--report-dir"))
+        if junit_file.write_error(config):
+            raise files.WriteError(junit_file.write_error(config))
+    except files.WriteError as exc:  # a full disk, a directory gone: one line, a setup error (4)
+        terminalreporter.write_line(report.terminal(f"ERROR: {exc}"), red=True, bold=True)
+        if getattr(terminalreporter, "_session", None) is not None:
+            terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
     for path in written:
         terminalreporter.write_line(f"report: {path}")
 

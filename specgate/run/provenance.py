@@ -101,23 +101,38 @@ def run(
     }
 
 
-def markdown(prov: dict[str, Any]) -> list[str]:
-    """The provenance as a few Markdown lines."""
-    eng = prov.get("engine") or {}
+def lines(prov: dict[str, Any]) -> list[tuple[str, str]]:
+    """The provenance as a few ``(label, text)`` lines (the label ends in its separator), the text raw: a handshake's name
+    and version are the engine's own words, made inert by the format that shows them
+    (``specgate.reports.parity.provenance_markdown``, ``specgate.reports.html.provenance_html``)."""
+    prov = prov if isinstance(prov, dict) else {}
+    eng = prov.get("engine") if isinstance(prov.get("engine"), dict) else {}
+    classes = eng.get("classes") if isinstance(eng.get("classes"), list) else []
     who = (
-        f"{eng.get('name')} {eng.get('version')} (classes: {', '.join(eng.get('classes') or []) or 'none'}; "
+        f"{eng.get('name')} {eng.get('version')} (classes: {', '.join(map(str, classes)) or 'none'}; "
         f"adapter {eng.get('adapter')})"
         if eng.get("adapter")
         else "not started"
     )
-    sg = prov.get("specgate", {})
+    sg = prov.get("specgate") if isinstance(prov.get("specgate"), dict) else {}
+    lock = prov.get("lock") if isinstance(prov.get("lock"), dict) else {}
+    models = prov.get("models") if isinstance(prov.get("models"), list) else []
+    stages = prov.get("stages")
+    stages = (
+        stages if isinstance(stages, str) else ", ".join(map(str, stages if isinstance(stages, list) else []))
+    )
     return [
-        f"- engine: {who}",
-        f"- specgate {sg.get('version')}, commit {sg.get('commit') or 'unknown'}; "
-        f"lock {prov.get('lock', {}).get('file')} sha256 {prov.get('lock', {}).get('sha256')}",
-        f"- Python {prov.get('python')} on {prov.get('platform')}; {prov.get('date')}",
-        f"- command: `{prov.get('command')}`",
-        f"- models: {', '.join(prov.get('models') or []) or '(none)'}; stages: "
-        f"{prov.get('stages') if isinstance(prov.get('stages'), str) else ', '.join(prov.get('stages') or [])}"
-        f"; shard: {prov.get('shard') or 'whole run'}",
+        ("engine: ", who),
+        (
+            "specgate ",
+            f"{sg.get('version')}, commit {sg.get('commit') or 'unknown'}; "
+            f"lock {lock.get('file')} sha256 {lock.get('sha256')}",
+        ),
+        ("Python ", f"{prov.get('python')} on {prov.get('platform')}; {prov.get('date')}"),
+        ("command: ", str(prov.get("command"))),
+        (
+            "models: ",
+            f"{', '.join(map(str, models)) or '(none)'}; stages: {stages}"
+            f"; shard: {prov.get('shard') or 'whole run'}",
+        ),
     ]

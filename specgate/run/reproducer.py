@@ -13,6 +13,17 @@ The limits are far above what a minimized reproducer holds (the shrinker and the
 search write inputs of a few units) and bound what a replay costs: a generate of at
 most ``MAX_GENERATE_TOKENS`` tokens, a logits forward of at most
 ``MAX_LOGITS_POSITIONS`` positions, a sampler vector of at most ``MAX_SAMPLER_VOCAB``.
+The forward limits are what the gates themselves ever ask (a shrunk reproducer is
+never longer than the case it came from): the longest logits case of the snapshots is
+512 ids (``MAX_LOGITS_POSITIONS``; 1,024 ids on the 0.5B model took 155 s and 5.7 GB),
+the generate prompts are under 32 ids (``MAX_PROMPT_IDS`` allows a 512-id forward, as
+logits does) and ask at most 32 tokens (``MAX_GENERATE_TOKENS`` is twice that; the
+search asks at most 16) — ``tests/test_reproducer_files.py`` checks the snapshots stay
+within them. Every number in the file is finite and of at most ``MAX_NUMBER_DIGITS``
+digits (Python's int-from-text limit is 4,300 digits). The answers a reproducer keeps
+(``engine_answer``, ``oracle_answer``, ``divergence``) are cut to
+``MAX_ANSWER_CHARS`` with a marker when it is written (``bounded_answer``), so that
+every reproducer specgate writes is one it replays.
 """
 
 from __future__ import annotations
@@ -31,12 +42,16 @@ MAX_DEPTH = 64  # JSON nesting (a conversation's tool schemas are a few levels d
 MAX_VALUES = 300_000  # JSON values in the whole file, counted before the schema is checked (~µs each)
 MAX_TEXT_CHARS = 1_000_000  # a split/encode text or a construct template
 MAX_IDS = 100_000  # a decode id list
-MAX_LOGITS_POSITIONS = 1024  # a logits prompt: the oracle keeps n_vocab floats per position
+MAX_LOGITS_POSITIONS = (
+    512  # a logits prompt: the longest a gate asks (the oracle keeps n_vocab floats per position)
+)
 MAX_MESSAGES = 10_000  # a render conversation
 MAX_SAMPLER_VOCAB = 1 << 20  # a sampler vector's n_vocab (Qwen's is 151,936)
 MAX_SAMPLER_IDS = 1 << 16  # the ids with a finite logit in a sampler reproducer
-MAX_PROMPT_IDS = 4096  # a generate prompt (the oracle's context)
-MAX_GENERATE_TOKENS = 1024  # a generate reproducer's max_tokens (the search writes <= 16)
+MAX_PROMPT_IDS = 512  # a generate prompt: a forward as long as the longest logits case
+MAX_GENERATE_TOKENS = 64  # a generate reproducer's max_tokens (the gates ask <= 32, the search <= 16)
+MAX_NUMBER_DIGITS = 20  # an integer in a reproducer (ids fit in 10; int64 in 19)
+MAX_ANSWER_CHARS = 100_000  # a kept answer or divergence (JSON-escaped, far below MAX_FILE_BYTES)
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "reproducer.schema.json"
 
 
@@ -67,6 +82,8 @@ def load(path: str | Path) -> dict[str, Any]:
         raise ReproError(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as exc:
         raise ReproError(f"{path} is not JSON: {exc}") from None
+    except ValueError as exc:  # an integer past Python's int-from-text limit (4,300 digits)
+        raise ReproError(f"{path}: a number in it is too long: {str(exc).splitlines()[0][:200]}") from None
     depth, count = _shape(data)
     if depth > MAX_DEPTH:
         raise ReproError(f"{path}: JSON nested {depth} levels deep, deeper than {MAX_DEPTH}")
@@ -80,10 +97,24 @@ def load(path: str | Path) -> dict[str, Any]:
     if (problem := schema_problem(data)) is not None:
         raise ReproError(f"{path}: {problem}")
     if (where := _non_finite(data["input"], "input")) is not None:
-        raise ReproError(f"{path}: {where} is not a finite number")
+        raise ReproError(f"{path}: {where} is not a finite number of at most {MAX_NUMBER_DIGITS} digits")
     if (problem := _sampler_problem(data)) is not None:
         raise ReproError(f"{path}: {problem}")
     return data
+
+
+def bounded_answer(value: Any, limit: int = MAX_ANSWER_CHARS) -> Any:
+    """An answer or message as a reproducer keeps it: a string cut to ``limit`` characters
+    with a marker (``impl.bounds.cut``); another value whose JSON is longer than ``limit``
+    becomes that JSON, cut the same way."""
+    from impl.bounds import cut
+
+    if isinstance(value, str):
+        return cut(value, limit)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return value if len(text) <= limit else cut(text, limit)
 
 
 def schema_problem(data: Any) -> str | None:
@@ -120,10 +151,14 @@ def _shape(value: Any) -> tuple[int, int]:
 
 
 def _non_finite(value: Any, where: str) -> str | None:
+    """Where ``value`` holds a number that is not finite or an integer of more than
+    ``MAX_NUMBER_DIGITS`` digits (which no float holds and no engine takes)."""
     stack = [(value, where)]
     while stack:
         item, at = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
+            return at
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 10**MAX_NUMBER_DIGITS:
             return at
         if isinstance(item, dict):
             stack.extend((v, f"{at}[{k!r}]") for k, v in item.items())

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate import stages
+from specgate.run import reproducer
 from specgate.run.reproducer import ReproError  # noqa: F401
 from specgate.run.reproducer import load as load_reproducer  # noqa: F401
 from specgate.run.signatures import kind, message_signature, record_signature, signature
@@ -357,9 +358,10 @@ class Shrinker:
             "note": REFERENCE_NOTE,
             "input": small,
             "outcome": final.outcome,
-            "divergence": final.message,
-            "engine_answer": final.engine_answer,
-            "oracle_answer": final.oracle_answer,
+            # cut as every reproducer is (``reproducer.bounded_answer``): one ``repro`` replays
+            "divergence": reproducer.bounded_answer(final.message),
+            "engine_answer": reproducer.bounded_answer(final.engine_answer),
+            "oracle_answer": reproducer.bounded_answer(final.oracle_answer),
             "original_input": inp,
             "shrinking": {
                 "from_size": size(inp),
@@ -449,10 +451,15 @@ def shrink_groups(
                     f"shrinking failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
                 )
             if group.reproducer is not None:
-                repro_dir.mkdir(parents=True, exist_ok=True)
                 path = repro_dir / f"{group.id}.json"
                 body = {"impl": impl, **group.reproducer}
-                files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
+                try:  # a full disk: the group is reported without its reproducer, the run goes on
+                    repro_dir.mkdir(parents=True, exist_ok=True)
+                    files.write_text(path, json.dumps(body, indent=1, ensure_ascii=False, default=str) + "\n")
+                except OSError as exc:
+                    group.reproducer = None
+                    group.shrink_note = f"the reproducer could not be written: {str(exc)[:300]}"
+                    continue
                 group.reproducer_path = str(path)
     finally:
         if own:

@@ -17,6 +17,13 @@ from specgate.upkeep import snapshots
 def check_usage(config: pytest.Config) -> None:
     """Stop the run with one line (``pytest.UsageError``, exit status 4) on an unknown
     stage, an unusable ``--impl`` or ``--model``, or a snapshot file that is not one."""
+    from pathlib import Path
+
+    from specgate.safe_io import files
+
+    report_dir = Path(config.getoption("--report-dir"))
+    if (why := files.writable_dir(report_dir)) is not None:  # before any case runs, not after all of them
+        raise pytest.UsageError(f"--report-dir {report_dir}: {why}")
     stages = selected_stages(config)
     if stages is not None:
         unknown = sorted(stages - known_rows())

@@ -10,16 +10,75 @@ back to the very same string.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+
+class WriteError(OSError):
+    """A report file that could not be written (one line naming it and why)."""
 
 
 def write_text(path: Path, text: str) -> None:
-    """``text`` to ``path`` as UTF-8, lone surrogates written as ``\\uXXXX``."""
-    path.write_bytes(text.encode("utf-8", "backslashreplace"))
+    """``text`` to ``path`` as UTF-8, lone surrogates written as ``\\uXXXX``; atomically:
+    written to a temporary file beside it, then renamed over it, so a full disk or a
+    kill leaves the old file or none, never a truncated one. A path that exists and is
+    not a regular file (``/dev/full``, a directory, a FIFO) is never written or replaced.
+    Any failure is one ``WriteError`` line."""
+    write_bytes(path, text.encode("utf-8", "backslashreplace"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` as ``write_text`` writes text: atomically, never onto a path
+    that is not a regular file, any failure one ``WriteError`` line."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+            raise WriteError(f"cannot write {path}: it is a {kind}, not a regular file")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def writable_dir(path: Path) -> str | None:
+    """None when ``path`` is (or can be made) a directory a file can be written into;
+    else why not, in a few words (a file is there, a read-only or pseudo file system)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "it is not a directory"
+    except OSError as exc:
+        return f"it cannot be made a directory ({exc.strerror or exc})"
+    if not path.is_dir():
+        return "it is not a directory"
+    probe = path / f".specgate-probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"x")
+    except OSError as exc:
+        return f"no file can be written into it ({exc.strerror or exc})"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
 
 
 # ---------------------------------------------------------------------------
@@ -40,6 +99,48 @@ def read_regular(path: Path, limit: int, what: str = "file") -> bytes:
     if len(data) > limit:
         raise UnsafeFile(f"{what} {path} is larger than its bound ({limit} bytes)")
     return data
+
+
+#: What parsing a JSON file may cost, estimated before it is parsed (``parsed_cost``).
+MAX_PARSED_BYTES = 768 << 20
+#: Bytes of Python objects per JSON value, an upper bound (measured: 34 for ``[]``, 38
+#: for ``{}``, 67 for ``{"a":1}``, 72 for ``[[1.5]]``, per value counted as below).
+BYTES_PER_VALUE = 128
+
+
+def parsed_cost(data: bytes) -> int:
+    """An upper bound on the memory ``json.loads(data)`` takes, counted in one pass of C
+    code before parsing: the bytes, their decoded text and the strings made of it (each
+    up to 4 bytes a character unless the file is ASCII), and ``BYTES_PER_VALUE`` for
+    every ``, : [ {`` (every JSON value but the first follows one of them)."""
+    values = sum(data.count(c) for c in (b",", b":", b"[", b"{")) + 1
+    return len(data) * (3 if data.isascii() else 9) + BYTES_PER_VALUE * values
+
+
+def read_json(path: Path, limit: int, what: str = "file", parsed_limit: int = MAX_PARSED_BYTES) -> Any:
+    """The JSON value of the regular file ``path`` (``read_regular``'s checks, at most
+    ``limit`` bytes), parsed only when ``parsed_cost`` is within ``parsed_limit``; else
+    ``UnsafeFile`` with one line: not UTF-8, not JSON, nested too deep, too costly."""
+    return parse_json(read_regular(path, limit, what), path, what, parsed_limit)
+
+
+def parse_json(data: bytes, path: Path, what: str = "file", parsed_limit: int = MAX_PARSED_BYTES) -> Any:
+    """``data`` (read from ``path``) parsed as JSON when ``parsed_cost(data)`` is within
+    ``parsed_limit``; else ``UnsafeFile`` with one line."""
+    cost = parsed_cost(data)
+    if cost > parsed_limit:
+        raise UnsafeFile(
+            f"{what} {path} would take ~{cost >> 20} MiB to parse ({len(data):,} bytes of JSON; "
+            f"bound {parsed_limit >> 20} MiB): not read"
+        )
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UnsafeFile(f"{what} {path} is not UTF-8 text (offset {exc.start})") from None
+    except RecursionError:
+        raise UnsafeFile(f"{what} {path}: JSON nested too deep") from None
+    except ValueError as exc:
+        raise UnsafeFile(f"{what} {path} is not JSON: {str(exc)[:200]}") from None
 
 
 def check_regular(path: Path, limit: int, what: str = "file") -> None:

@@ -8,10 +8,17 @@ characters escaped, and control characters (ANSI escapes, C1 controls, bidirecti
 overrides) are shown as escapes (``\\x1b``) in the terminal and in every report.
 Sizes are bounded too (``impl.bounds``): a record's message is cut with a visible
 marker before it is stored.
+
+One function per format, and every place that writes engine text (handshake fields,
+messages, answers, case ids, stage and model names read from a merged report, stderr)
+goes through it: ``md_text`` / ``md_inline`` / ``md_fence`` (Markdown), ``html_text``
+(HTML), ``xml_text`` (JUnit XML), ``png_text`` (the PNG's matplotlib text and text
+chunks), ``terminal`` (the terminal), ``files.safe_component`` (file names).
 """
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import unicodedata
@@ -77,6 +84,25 @@ def md_fence(text: str, info: str = "") -> list[str]:
 def terminal(text: str) -> str:
     """A line for the terminal: control characters (ANSI escapes) as escapes."""
     return controls(text)
+
+
+def html_text(text: str) -> str:
+    """Text for HTML (an element's content or a quoted attribute): controls as escapes,
+    then ``& < > " '`` as entities."""
+    return html.escape(controls(str(text)))
+
+
+def xml_text(text: str) -> str:
+    """Text for an XML element or attribute (JUnit XML) before the serializer quotes it:
+    controls as escapes (XML 1.0 cannot hold most C0 controls even as references)."""
+    return controls(str(text))
+
+
+def png_text(text: str) -> str:
+    """Text drawn into the PNG by matplotlib: one line, controls as escapes, and ``$``
+    escaped so that no part of it is parsed as mathtext (which an unmatched ``$`` or an
+    unknown command would turn into an error)."""
+    return one_line(str(text)).replace("$", r"\$")
 
 
 def record_message(report: Any, message: str) -> str:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specgate.run.reproducer import bounded_answer
 from specgate.safe_io import files
 from specgate.safe_io.text_safety import md_fence, md_inline
 from specgate.search import reference_confirm as confirming
@@ -78,9 +79,9 @@ def _reproducer(result: SearchResult, f: Finding, note: str) -> dict[str, Any]:
         "confirmation": f.confirmation.as_dict(),
         "input": f.input,
         "outcome": c.outcome,
-        "divergence": f.answers.get("message", c.message),
-        "engine_answer": f.answers.get("engine"),
-        "oracle_answer": f.answers.get("oracle"),
+        "divergence": bounded_answer(f.answers.get("message", c.message)),
+        "engine_answer": bounded_answer(f.answers.get("engine")),
+        "oracle_answer": bounded_answer(f.answers.get("oracle")),
         "original_input": c.first_input,
         "shrinking": {
             "from_size": size(c.first_input),
@@ -132,7 +133,7 @@ def payload(result: SearchResult) -> dict[str, Any]:
                 "outcome": f.candidate.outcome,
                 "input": f.input,
                 "size": size(f.input),
-                "divergence": f.answers.get("message", f.candidate.message),
+                "divergence": bounded_answer(f.answers.get("message", f.candidate.message)),
                 "hits": f.candidate.hits,
                 "reproducer_file": f.reproducer_path,
             }

@@ -38,7 +38,7 @@ class RecordedCases:
         if key not in self.files:
             try:
                 self.files[key] = snapshots.read(model, snapshot, key[0])["cases"]
-            except (snapshots.SnapshotError, ValueError, OSError):
+            except (snapshots.SnapshotError, ValueError, OSError, AttributeError, TypeError):
                 self.files[key] = {}
         found = self.files[key].get(case_id)
         return found if isinstance(found, dict) else None

@@ -13,6 +13,10 @@ third-party engine written against PROTOCOL.md):
   big-message SIZE   encode: an ``engine`` error whose message is SIZE characters
   markup             encode: an ``engine`` error whose message is live Markdown, HTML
                      and ANSI escapes; render: a refusal holding the same
+  hostile-handshake  the handshake's name and version are that text (with NUL and ESC
+                     bytes); encode: an error holding it; render and decode: answers
+                     holding it; split: a refusal holding it; sample: a crash after
+                     writing it to stderr
   trace-KIND [SIZE]  trace: every point asked, of the model's own widths (read from the
                      GGUF), then spoiled by KIND: ``big`` (the first point SIZE bytes of
                      float32 wide), ``nan`` / ``inf`` (one value), ``width`` (one column
@@ -152,6 +156,17 @@ def answer(mode: str, size: int, request: dict) -> dict:
         return {"error": {"type": "engine", "message": HOSTILE}}
     if mode == "markup" and op == "render":
         return {"error": {"type": "unsupported", "message": HOSTILE}}
+    if mode == "hostile-handshake":
+        if op == "encode":
+            return {"error": {"type": "engine", "message": HOSTILE + "\x00"}}
+        if op in ("render", "decode"):
+            return {"result": HOSTILE + "\x00"}
+        if op == "split":
+            return {"error": {"type": "unsupported", "message": HOSTILE}}
+        if op == "sample":
+            sys.stderr.write(HOSTILE + "\x00\n")
+            sys.stderr.flush()
+            sys.exit(3)
     if mode.startswith("trace-") and op == "trace":
         return trace(mode.removeprefix("trace-"), size, request)
     if op == "logits":
@@ -173,6 +188,7 @@ def main() -> int:
         "markup": ["encode", "render"],
         "big-encode": ["encode"],
         "big-message": ["encode"],
+        "hostile-handshake": ["split", "encode", "decode", "render", "sample"],
     }.get(mode, ["trace"] if mode.startswith("trace-") else ["logits"])
     hello = {
         "protocol": "specgate-jsonl/1",
@@ -181,6 +197,8 @@ def main() -> int:
         "capabilities": capabilities,
         **({"classes": ["exact"]} if mode.startswith("trace-") else {}),
     }
+    if mode == "hostile-handshake":
+        hello.update(engine=HOSTILE + "\x00", version=HOSTILE + "\x00\x07")
     if mode == "deep-handshake":
         sys.stdout.write('{"protocol": "specgate-jsonl/1", "engine": ' + "[" * size + "]" * size + "}\n")
         sys.stdout.flush()
