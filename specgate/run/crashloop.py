@@ -1,24 +1,37 @@
-"""Crash loops cut short.
+"""Crash loops cut short, and a model the engine cannot load asked about once.
 
 An engine that dies on every request is restarted for every case: with a slow load
-that is minutes or hours of nothing learnt. After ``DEATHS_TO_CUT`` consecutive
-request-time deaths of the engine (``impl.protocol.EngineDied``: it crashed, or was
-killed for hanging or breaking the protocol) within one (stage row, model) — the
-matrix's row, e.g. ``encode`` · ``qwen3-vocab`` or ``logits/quantized`` · a model —
-the rest of that row is ``error`` without being asked (``NotAsked``), and the run
-says so in one line per row (``notes``, in the terminal and the reports). The count
-resets whenever the engine answers (pass, fail, refused, or an error it reported).
+that is minutes or hours of nothing learnt. Two rules, both counting request-time
+deaths of the engine (``impl.protocol.EngineDied``: it crashed, or was killed for
+hanging or breaking the protocol):
+
+* **A model it dies loading.** A death on a request about a model the engine has not
+  answered anything about yet in this process of the run is taken as a death while
+  loading that model (an engine loads a model on the first request that names it):
+  one death for the model, and every later case of the model, in every row, is
+  ``error`` without being asked (``NotAsked``) at once. The note says so once for the
+  model, with the death's reason. (Requests that carry no model — the sampler's, the
+  construct templates' — never count here.)
+* **A crash loop within a row.** After ``DEATHS_TO_CUT`` consecutive deaths within one
+  (stage row, model) — the matrix's row, e.g. ``encode`` · ``qwen3-vocab`` or
+  ``logits/quantized`` · a model — of a model it has answered about, the rest of that
+  row is ``error`` without being asked. The count resets whenever the engine answers
+  (pass, fail, refused, or an error it reported).
+
+The run says so in one line per model or row cut (``notes``, in the terminal and the
+reports).
 
 The counter lives in the run's session object (``SpecgateSession.crash_loops``), one
 per pytest process: under pytest-xdist each worker counts the deaths of the engine it
-runs, so a row split over workers is cut on each worker after its own three
-consecutive deaths (with ``--dist loadfile``, as the fast tier runs, a row is on one
-worker). The notes are derived from the records, which reach the controller.
+runs, so a row split over workers is cut on each worker after its own deaths (with
+``--dist loadfile``, as the fast tier runs, a row is on one worker). The notes are
+derived from the records, which reach the controller.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import re
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +44,14 @@ DEATHS_TO_CUT = 3
 NOT_ASKED = "not asked:"
 #: Outcomes in which the engine answered (an error it reported included, unless it died).
 ANSWERED = ("pass", "fail", "refused", "error")
+#: Rows whose requests name no model (the sampler's logits; the construct templates'
+#: pseudo model ``specgate.upkeep.corpus.CONSTRUCTS_MODEL_ID``): no model is loaded for them.
+MODEL_FREE_STAGES = ("sample",)
+MODEL_FREE_MODELS = ("constructs",)
+#: How a not-asked message of a model cut names its model and its death (``notes`` reads it).
+_MODEL_CUT = re.compile(
+    r"^not asked: the engine died on its first request about model (\S+), .*?\(its death: (.*)\)$", re.S
+)
 
 
 class NotAsked(EngineError, pytest.fail.Exception):
@@ -41,13 +62,25 @@ class NotAsked(EngineError, pytest.fail.Exception):
         pytest.fail.Exception.__init__(self, message, pytrace=False)
 
 
+def _first_line(exc: BaseException) -> str:
+    """A death's reason in one line: the client's first line and the stderr lines that
+    carried a message (``EngineDied.stderr``)."""
+    why = (str(exc).splitlines() or [type(exc).__name__])[0]
+    said = " | ".join(line.strip() for line in getattr(exc, "stderr", []) if line.strip())
+    return (f"{why}; its stderr: {said}" if said else why)[:400]
+
+
 @dataclass
 class CrashLoops:
     deaths: Counter[tuple[str, str]] = field(default_factory=Counter)
     cut: dict[tuple[str, str], str] = field(default_factory=dict)  # row -> every later case's message
+    answered: set[str] = field(default_factory=set)  # models the engine answered something about
+    models_cut: dict[str, str] = field(default_factory=dict)  # model -> every later case's message
 
     def check(self, row: tuple[str, str]) -> None:
-        """Before a case of ``row`` runs: raise ``NotAsked`` if its row was cut short."""
+        """Before a case of ``row``: raise ``NotAsked`` if its model or its row was cut short."""
+        if row[1] in self.models_cut and _names_model(row):
+            raise NotAsked(self.models_cut[row[1]])
         if row in self.cut:
             raise NotAsked(self.cut[row])
 
@@ -55,7 +88,15 @@ class CrashLoops:
         """After a case of ``row``: count a death, reset on an answer, cut at the limit."""
         if isinstance(exc, NotAsked):
             return
+        model = row[1]
         if isinstance(exc, EngineDied):
+            if _names_model(row) and model not in self.answered and model not in self.models_cut:
+                self.models_cut[model] = (
+                    f"{NOT_ASKED} the engine died on its first request about model {model}, before "
+                    f"answering anything about it (a model it cannot load), so no other case of the "
+                    f"model is asked (its death: {_first_line(exc)})"
+                )
+                return
             self.deaths[row] += 1
             if self.deaths[row] >= DEATHS_TO_CUT and row not in self.cut:
                 last = str(exc).splitlines()[0][:300]
@@ -66,28 +107,60 @@ class CrashLoops:
                 )
         elif outcome in ANSWERED:
             self.deaths[row] = 0
+            self.answered.add(model)
+
+
+def _names_model(row: tuple[str, str]) -> bool:
+    """Whether the requests of ``row`` name its model (the engine loads it for them)."""
+    stage, model = row
+    return stage.split("/")[0] not in MODEL_FREE_STAGES and model not in MODEL_FREE_MODELS
 
 
 def notes(records: list[Any]) -> list[str]:
-    """One line per row cut short, from the gate records (whichever process ran them)."""
-    skipped: Counter[tuple[str, str]] = Counter(
-        (r.stage, r.model) for r in records if r.outcome == "error" and r.message.startswith(NOT_ASKED)
-    )
-    return [
+    """One line per model the engine died loading and per row cut short, from the gate
+    records (whichever process ran them)."""
+    skipped: Counter[tuple[str, str]] = Counter()
+    models: dict[str, Counter[str]] = defaultdict(Counter)
+    deaths: dict[str, str] = {}
+    for r in records:
+        if r.outcome != "error" or not r.message.startswith(NOT_ASKED):
+            continue
+        cut = _MODEL_CUT.match(r.message)
+        if cut:
+            models[r.model][r.stage] += 1
+            deaths[r.model] = cut.group(2)
+        else:
+            skipped[(r.stage, r.model)] += 1
+    lines = [
+        f"{model}: the engine died on its first request about this model (one death; a model it cannot "
+        f"load): {deaths[model]} — {_cases(sum(rows.values()))} over {len(rows)} "
+        f"row{'s' if len(rows) != 1 else ''} not asked (error)"
+        for model, rows in sorted(models.items())
+    ]
+    return lines + [
         f"{stage} · {model}: crash loop cut short — the engine died on {DEATHS_TO_CUT} consecutive "
         f"requests; {n} more case{'s' if n != 1 else ''} not asked (error)"
         for (stage, model), n in sorted(skipped.items())
     ]
 
 
+def _cases(n: int) -> str:
+    return f"{n} more case{'s' if n != 1 else ''}"
+
+
 def worth_shrinking(groups: list[Any]) -> list[Any]:
     """The root-cause groups worth a minimized reproducer: not those of a row cut short
-    (the engine died on whatever it was asked; replaying would only restart it again
-    and again), whose ``shrink_note`` says so."""
+    nor of a model the engine died loading (the engine died on whatever it was asked;
+    replaying would only restart it again and again), whose ``shrink_note`` says so."""
     cut = {(r.stage, r.model) for g in groups for r in g.records if r.message.startswith(NOT_ASKED)}
+    dead = {r.model for g in groups for r in g.records if _MODEL_CUT.match(r.message)}
     keep = []
     for group in groups:
-        if any((r.stage, r.model) in cut for r in group.records):
+        if any(r.model in dead for r in group.records):
+            group.shrink_note = (
+                "the engine died on its first request about the model (a model it cannot load)"
+            )
+        elif any((r.stage, r.model) in cut for r in group.records):
             group.shrink_note = (
                 "a crash loop: the engine died on every request of its row, whatever the input"
             )
