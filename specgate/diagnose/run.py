@@ -128,6 +128,7 @@ class Diagnoser:
     budget: float = DEFAULT_BUDGET
     clock: Callable[[], float] = time.monotonic
     notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
+    out_of_time: list[tuple[str, str]] = field(default_factory=list)  # rows the budget left undiagnosed
     _references: dict[tuple[str, str], Any] = field(default_factory=dict)  # per catalogue and model
 
     def diagnose(self, records: Sequence[Any]) -> list[Diagnosis]:
@@ -142,6 +143,7 @@ class Diagnoser:
             if not any(r.outcome == "fail" for r in row):
                 continue
             if self.clock() > deadline:
+                self.out_of_time.append((stage, model_id))
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) is spent"
                 )
@@ -149,6 +151,7 @@ class Diagnoser:
             try:
                 found += self._row(stage, model_id, row, deadline)
             except OutOfTime:
+                self.out_of_time.append((stage, model_id))
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) ran out on it"
                 )
@@ -182,6 +185,8 @@ class Diagnoser:
                 continue
             unanswered = 0
             failing.append(_Case(record, inp, catalogue.answer(stage, m, inp, {}), got))
+        if self.clock() > deadline:  # the budget ran out while asking: no diagnosis from a part
+            raise OutOfTime
         hyps = hypotheses_of(stage)
 
         def deviated(case: _Case, *hs: Hypothesis) -> Any:

@@ -116,6 +116,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
             for (s, m), c in table.items()
         ],
         "groups": [g.as_dict() for g in causes],
+        # what the diagnosis left undone (groups the budget left undiagnosed), and why
+        "diagnosis_notes": list(getattr(results, "diagnosis_notes", None) or []),
         "cases": [r.__dict__ for r in results.records],
         # per case (same order): its input and the reference's answer as the case browser shows them
         "case_details": report_browser.case_details(results.records),
@@ -151,6 +153,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
             md += [f"  - {md_inline(r.nodeid)}" for r in group[:3]]
     if causes:
         md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
+        if payload["diagnosis_notes"]:  # what the diagnosis left undone, and why
+            md += [*(f"- **{md_text(n)}**" for n in payload["diagnosis_notes"]), ""]
         for number, group in enumerate(payload["groups"], 1):
             md += group_markdown(number, group)
     png_path = (

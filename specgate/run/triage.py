@@ -373,11 +373,16 @@ def examine(
     total_budget: float = DEFAULT_TOTAL_BUDGET,
     diagnose_budget: float = 60.0,
     worth_shrinking: Callable[[list[Group]], list[Group]] = lambda groups: groups,
+    engine: Any = None,
+    notes: list[str] | None = None,
+    fresh_reason: str = "",
 ) -> list[Group]:
     """A run's findings as root-cause groups: the failing cases diagnosed
     (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
-    group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
-    run's own engine has been shut down with the session's fixtures by then)."""
+    group's reproducer shrunk — with ``engine`` (the run's own, still running: no second
+    load; the caller closes it) or else one fresh engine of ``impl`` for both, closed
+    after. ``notes`` gets a line per thing the diagnosis left undone: how many failing
+    groups the budget left undiagnosed, and why."""
     from specgate.diagnose.run import STAGES, Diagnoser
 
     diagnosable = diagnose_budget > 0 and any(r.outcome == "fail" and r.stage in STAGES for r in records)
@@ -388,7 +393,12 @@ def examine(
         return groups
     from impl.registry import resolve
 
-    engine = resolve(impl)
+    own = engine is None
+    if own and notes is not None:
+        notes.append(
+            f"the diagnosis and shrinking started the engine again: {fresh_reason or 'no engine to reuse'}"
+        )
+    engine = resolve(impl) if own else engine
     try:
         try:
             diagnoser = Diagnoser(engine, case_input, model_for, diagnose_budget)
@@ -399,10 +409,33 @@ def examine(
                 group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
             return groups
         groups = group_records(records, diagnoses)
+        if notes is not None:
+            notes.extend(undiagnosed_notes(groups, diagnoser, STAGES))
         shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:
-        engine.close()
+        if own:
+            engine.close()
     return groups
+
+
+def undiagnosed_notes(groups: list[Group], diagnoser: Any, stages_diagnosed: Sequence[str]) -> list[str]:
+    """What the diagnosis left undone, for the terminal and every report: how many failing
+    groups of diagnosed stages were left undiagnosed because its budget ran out (their
+    rows named), then each row it could not examine for another reason."""
+    short = set(diagnoser.out_of_time)
+    failing = [g for g in groups if g.records[0].outcome == "fail" and g.records[0].stage in stages_diagnosed]
+    left = [g for g in failing if not g.diagnosis and any((r.stage, r.model) in short for r in g.records)]
+    lines = []
+    if short:
+        rows = ", ".join(f"{stage} · {model}" for stage, model in diagnoser.out_of_time)
+        lines.append(
+            f"diagnosis cut short: {len(left)} of {len(failing)} failing group{'s' if len(failing) != 1 else ''} "
+            f"left undiagnosed because the diagnosis budget ({diagnoser.budget:g} s, --diagnose-budget) ran out "
+            f"before {len(short)} row{'s' if len(short) != 1 else ''} could be examined ({rows}); a larger "
+            f"--diagnose-budget names their causes"
+        )
+    lines += [f"diagnosis: {n}" for n in diagnoser.notes if "not diagnosed, the budget" not in n]
+    return lines
 
 
 def shrink_groups(
