@@ -44,7 +44,9 @@ def test_a_run_whose_diagnosis_budget_ran_out_says_so_in_every_report(tmp_path: 
     notes = triage.undiagnosed_notes(groups, diagnoser, STAGES)
     assert len(notes) == 1 and NOTE.search(notes[0]), notes
     left = [g for g in groups if any(r.model == "m2" for r in g.records)]  # the row never examined
-    assert NOTE.search(notes[0]).groups() == (str(len(left)), str(len(groups))) and 0 < len(left) < len(groups)
+    assert NOTE.search(notes[0]).groups() == (str(len(left)), str(len(groups))) and 0 < len(left) < len(
+        groups
+    )
 
     state = SimpleNamespace(impl="cmd:x", records=records, groups=groups, diagnosis_notes=notes, verdict=[])
     written = reports.write_reports(state, tmp_path)

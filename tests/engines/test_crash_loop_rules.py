@@ -66,7 +66,9 @@ def test_the_notes_say_one_line_per_model_with_its_reason() -> None:
         line
     )
     group = SimpleNamespace(records=records, shrink_note="")
-    assert worth_shrinking([group]) == [] and "a model it cannot load" in group.shrink_note, "no replays of it"
+    assert worth_shrinking([group]) == [] and "a model it cannot load" in group.shrink_note, (
+        "no replays of it"
+    )
 
 
 def test_an_error_the_engine_reported_makes_the_model_answered_about() -> None:
