@@ -12,8 +12,8 @@ would.
   ``CRASHING_ENGINE_STARTS``) answers ``[1, 2, 3]`` to its first request before dying on
   the next: the model was answered about, so its deaths count per row.
 * ``model``: loads, sends its handshake (split, encode, decode), then answers every
-  request about any model but ``CRASHING_ENGINE_BAD_MODEL`` (a wrong answer: ``[1, 2, 3]``,
-  ``b"x"``, ``["x"]``) and dies like ``loop`` on the first request about that model
+  request about any model but ``CRASHING_ENGINE_BAD_MODEL`` (a wrong answer within every
+  bound: nothing) and dies like ``loop`` on the first request about that model
   (after ``CRASHING_ENGINE_MODEL_LOAD`` seconds of loading it, default 1): an engine
   that cannot load one model. ``CRASHING_ENGINE_REQUESTS``, when set, names a file each
   request appends its op and model to.
@@ -62,7 +62,7 @@ def answer_or_die(request: dict, n: int) -> None:
         sys.stderr.flush()
         time.sleep(float(os.environ.get("CRASHING_ENGINE_MODEL_LOAD", "1")))
         die_like_rust(n)
-    answers = {"encode": [1, 2, 3], "decode": {"$bytes": "eA=="}, "split": ["x"]}
+    answers = {"encode": [], "decode": {"$bytes": ""}, "split": []}  # wrong, but within every bound
     sys.stdout.write(json.dumps({"id": request["id"], "result": answers[request["op"]]}) + "\n")
     sys.stdout.flush()
 
