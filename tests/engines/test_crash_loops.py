@@ -126,7 +126,7 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     """Measured (shared 2-core machine, 3 rows x 2 models x 40 cases, 1 s to die loading):
     before issue 35, 9 requests about the bad model (3 deaths per row), 9 engine processes,
     31 s; after, 1 request, 2 processes, 13 s. The verdict counts requests and processes,
-    not seconds.""
+    not seconds."""
     if BAD not in model_cache.cached_models():
         model_missing(f"{BAD}; run: specgate models fetch {BAD}")
     starts, requests = tmp_path / "starts", tmp_path / "requests"
@@ -154,7 +154,9 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     not_asked = [c for c in bad if c["message"].startswith(NOT_ASKED)]
     assert len(not_asked) == len(bad) - 1 and {c["outcome"] for c in not_asked} == {"error"}
     assert all(MESSAGE in c["message"] for c in not_asked), "each says why: the death's reason"
-    assert {c["outcome"] for c in good} <= {"pass", "fail", "reference-disagreement"}, "the good model was asked"
+    assert {c["outcome"] for c in good} <= {"pass", "fail", "reference-disagreement"}, (
+        "the good model was asked"
+    )
     assert any(c["outcome"] == "fail" for c in good)
     note = [line for line in run.report["verdict"]["reasons"] if line.startswith(f"{BAD}: the engine died")]
     assert len(note) == 1 and MESSAGE in note[0], run.report["verdict"]["reasons"]
