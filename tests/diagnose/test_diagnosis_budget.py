@@ -34,7 +34,7 @@ def vocab() -> None:
 def gate(tmp_path: Path, budget: str):
     starts = tmp_path / "starts"
     run = run_parity(
-        tmp_path, script_impl(ENGINE, "--defects=nfc"), "encode", MODEL, "--max-cases", "60",
+        tmp_path, script_impl(ENGINE, "--defects=nfc"), "split", MODEL, "-k", "combining or ascii",
         "--shrink-budget", "0", "--diagnose-budget", budget, "-p", "no:xdist",
         env={"PLANTED_ENGINE_STARTS": str(starts)},
     )  # fmt: skip
@@ -49,7 +49,7 @@ def test_a_diagnosis_cut_short_says_so_in_every_report(tmp_path: Path) -> None:
     (note,) = [n for n in run.report["diagnosis_notes"] if CUT_SHORT.search(n)]
     left, of = map(int, CUT_SHORT.search(note).groups())
     assert left == of == len(failing) >= 1, (note, len(failing))
-    assert "encode · qwen3-vocab" in note
+    assert "split · qwen3-vocab" in note
     assert sum(bool(CUT_SHORT.search(line)) for line in run.output.splitlines()) == 1, run.output[-3000:]
     reports = tmp_path / "reports"
     md = re.sub(r"\\(.)", r"\1", next(reports.glob("parity-*.md")).read_text("utf-8"))
