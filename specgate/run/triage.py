@@ -371,7 +371,7 @@ def examine(
     repro_dir: Path,
     group_budget: float = DEFAULT_GROUP_BUDGET,
     total_budget: float = DEFAULT_TOTAL_BUDGET,
-    diagnose_budget: float = 60.0,
+    diagnose_budget: float = 300.0,
     worth_shrinking: Callable[[list[Group]], list[Group]] = lambda groups: groups,
     engine: Any = None,
     notes: list[str] | None = None,
