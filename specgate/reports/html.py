@@ -140,6 +140,11 @@ def _group(number: int, group: dict[str, Any]) -> str:
             if group.get("diagnosis")
             else []
         ),
+        *(
+            [f'<div class="localized"><b>Localized:</b> {escape(group["localized"])}</div>']
+            if group.get("localized")
+            else []
+        ),
         f'<div class="note">models: {escape(", ".join(group["models"]))}; first cases:</div><ul>{cases}</ul>',
         f"<pre>{visible(group['first_message'].strip()[:4000])}</pre>",
     ]

@@ -209,6 +209,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
             if cause
             else [f"signature: {md_inline(group['signature'])}  "]
         ),
+        *([f"**Localized:** {md_text(group['localized'])}  "] if group.get("localized") else []),
         f"models: {md_text(', '.join(group['models']))}; first cases:",
         *[f"- {md_inline(nodeid)}" for nodeid in group["first_cases"]],
         "",

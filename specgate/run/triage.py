@@ -79,6 +79,9 @@ class Group:
     shrink_note: str = ""  # why there is no reproducer, when there is none
     diagnosis: str = ""  # the named cause (``specgate.diagnose``), when a hypothesis reproduces the answers
     evidence: str = ""  # how many failing cases the deviated reference reproduces
+    localized: str = (
+        ""  # the step inside the tokenizer the engine departs at (``specgate.diagnose.localize``)
+    )
 
     @property
     def divergence_signature(self) -> str:
@@ -109,6 +112,7 @@ class Group:
             "divergence_signature": self.divergence_signature,  # what its reproducer still shows
             "diagnosis": self.diagnosis,
             "evidence": self.evidence,
+            "localized": self.localized,
             "where": "" if self.diagnosis else (getattr(first, "answers", None) or {}).get("site", ""),
         }
 
@@ -409,6 +413,8 @@ def examine(
                 group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
             return groups
         groups = group_records(records, diagnoses)
+        if diagnosable:
+            localize_groups(groups, engine)
         if notes is not None:
             notes.extend(undiagnosed_notes(groups, diagnoser, STAGES))
         shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
@@ -416,6 +422,38 @@ def examine(
         if own:
             engine.close()
     return groups
+
+
+#: Seconds of asking the engine again to localize the tokenizer groups (one case each).
+LOCALIZE_SECONDS = 60.0
+#: The stages whose failures are localized inside the tokenizer.
+LOCALIZED_STAGES = ("split", "encode")
+
+
+def localize_groups(groups: list[Group], engine: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    """Every failing split or encode group, named or not, gets the line of where inside
+    the tokenizer its first replayable case departs (``specgate.diagnose.localize``):
+    one engine call per group, within ``LOCALIZE_SECONDS``; a group left without it
+    says why."""
+    from specgate.diagnose.localize import localize_group
+
+    deadline, tokenizers = clock() + LOCALIZE_SECONDS, {}
+    for group in groups:
+        first = group.records[0]
+        if first.outcome != "fail" or first.stage not in LOCALIZED_STAGES:
+            continue
+        if clock() > deadline:
+            group.localized = f"not localized: the {LOCALIZE_SECONDS:g} s of localizing were spent"
+            continue
+        for record in group.records:
+            inp = case_input(record)
+            if inp is None:
+                continue
+            try:
+                group.localized = localize_group(engine, record, inp, model_for(record.model), tokenizers)
+            except Exception as exc:  # a courtesy: the group stands without it
+                group.localized = f"not localized ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            break
 
 
 def undiagnosed_notes(groups: list[Group], diagnoser: Any, stages_diagnosed: Sequence[str]) -> list[str]:
