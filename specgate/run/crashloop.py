@@ -5,13 +5,15 @@ that is minutes or hours of nothing learnt. Two rules, both counting request-tim
 deaths of the engine (``impl.protocol.EngineDied``: it crashed, or was killed for
 hanging or breaking the protocol):
 
-* **A model it dies loading.** A death on a request about a model the engine has not
-  answered anything about yet in this process of the run is taken as a death while
-  loading that model (an engine loads a model on the first request that names it):
-  one death for the model, and every later case of the model, in every row, is
-  ``error`` without being asked (``NotAsked``) at once. The note says so once for the
-  model, with the death's reason. (Requests that carry no model — the sampler's, the
-  construct templates' — never count here.)
+* **A model it dies loading.** ``MODEL_DEATHS_TO_CUT`` (2) deaths on the first requests
+  about a model the engine has not answered anything about yet in this process of the
+  run are taken as the engine dying while loading that model (an engine loads a model
+  on the first request that names it): every later case of the model, in every row, is
+  ``error`` without being asked (``NotAsked``) at once, and the note says so once for
+  the model, with the death's reason. Not one death: a single death on a model's first
+  request may be a transient fault, which costs one case (``tests/engines/
+  test_parity_cmd.py``); a death while loading repeats on the next request. (Requests
+  that carry no model — the sampler's, the construct templates' — never count here.)
 * **A crash loop within a row.** After ``DEATHS_TO_CUT`` consecutive deaths within one
   (stage row, model) — the matrix's row, e.g. ``encode`` · ``qwen3-vocab`` or
   ``logits/quantized`` · a model — of a model it has answered about, the rest of that
@@ -40,6 +42,8 @@ import pytest
 from impl.protocol import EngineDied, EngineError
 
 DEATHS_TO_CUT = 3
+#: Deaths before any answer about a model that cut the whole model (see above).
+MODEL_DEATHS_TO_CUT = 2
 #: The start of every not-asked case's message (also how ``notes`` finds them in records).
 NOT_ASKED = "not asked:"
 #: Outcomes in which the engine answered (an error it reported included, unless it died).
@@ -50,7 +54,8 @@ MODEL_FREE_STAGES = ("sample",)
 MODEL_FREE_MODELS = ("constructs",)
 #: How a not-asked message of a model cut names its model and its death (``notes`` reads it).
 _MODEL_CUT = re.compile(
-    r"^not asked: the engine died on its first request about model (\S+), .*?\(its death: (.*)\)$", re.S
+    r"^not asked: the engine died on its first \d+ requests about model (\S+), .*?\(its last death: (.*)\)$",
+    re.S,
 )
 
 
@@ -76,6 +81,7 @@ class CrashLoops:
     cut: dict[tuple[str, str], str] = field(default_factory=dict)  # row -> every later case's message
     answered: set[str] = field(default_factory=set)  # models the engine answered something about
     models_cut: dict[str, str] = field(default_factory=dict)  # model -> every later case's message
+    unanswered: Counter[str] = field(default_factory=Counter)  # deaths about a model never answered
 
     def check(self, row: tuple[str, str]) -> None:
         """Before a case of ``row``: raise ``NotAsked`` if its model or its row was cut short."""
@@ -91,12 +97,14 @@ class CrashLoops:
         model = row[1]
         if isinstance(exc, EngineDied):
             if _names_model(row) and model not in self.answered and model not in self.models_cut:
-                self.models_cut[model] = (
-                    f"{NOT_ASKED} the engine died on its first request about model {model}, before "
-                    f"answering anything about it (a model it cannot load), so no other case of the "
-                    f"model is asked (its death: {_first_line(exc)})"
-                )
-                return
+                self.unanswered[model] += 1
+                if self.unanswered[model] >= MODEL_DEATHS_TO_CUT:
+                    self.models_cut[model] = (
+                        f"{NOT_ASKED} the engine died on its first {MODEL_DEATHS_TO_CUT} requests about model "
+                        f"{model}, before answering anything about it (a model it cannot load), so no other "
+                        f"case of the model is asked (its last death: {_first_line(exc)})"
+                    )
+                    return
             self.deaths[row] += 1
             if self.deaths[row] >= DEATHS_TO_CUT and row not in self.cut:
                 last = str(exc).splitlines()[0][:300]
@@ -132,8 +140,8 @@ def notes(records: list[Any]) -> list[str]:
         else:
             skipped[(r.stage, r.model)] += 1
     lines = [
-        f"{model}: the engine died on its first request about this model (one death; a model it cannot "
-        f"load): {deaths[model]} — {_cases(sum(rows.values()))} over {len(rows)} "
+        f"{model}: the engine died on its first {MODEL_DEATHS_TO_CUT} requests about this model (a model it "
+        f"cannot load): {deaths[model]} — {_cases(sum(rows.values()))} over {len(rows)} "
         f"row{'s' if len(rows) != 1 else ''} not asked (error)"
         for model, rows in sorted(models.items())
     ]
@@ -158,7 +166,7 @@ def worth_shrinking(groups: list[Any]) -> list[Any]:
     for group in groups:
         if any(r.model in dead for r in group.records):
             group.shrink_note = (
-                "the engine died on its first request about the model (a model it cannot load)"
+                "the engine died on its first requests about the model (a model it cannot load)"
             )
         elif any((r.stage, r.model) in cut for r in group.records):
             group.shrink_note = (

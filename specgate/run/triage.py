@@ -413,11 +413,12 @@ def examine(
                 group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
             return groups
         groups = group_records(records, diagnoses)
+        worth = worth_shrinking(groups)  # not a crash loop's: asked again, the engine only dies again
         if diagnosable:
-            localize_groups(groups, engine)
+            localize_groups(worth, engine)
         if notes is not None:
             notes.extend(undiagnosed_notes(groups, diagnoser, STAGES))
-        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
+        shrink_groups(worth, impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:
         if own:
             engine.close()

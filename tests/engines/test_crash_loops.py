@@ -1,10 +1,10 @@
 """Crash loops cut short and start-up failures reported (issue 24), with a real process
 engine (``crashing_engine.py``) gated as ``nox -s parity`` gates one.
 
-* an engine that cannot load one model (it dies on the first request about it, and
-  answers about another) costs one death for that model: its remaining cases, in every
-  row, are ``error`` without being asked at once, said in one line with the death's
-  reason (issue 35: before, three deaths per row);
+* an engine that cannot load one model (it dies on every request about it, and answers
+  about another) costs two deaths for that model (the first may be a transient fault's):
+  its remaining cases, in every row, are ``error`` without being asked at once, said in
+  one line with the death's reason (issue 35: before, three deaths per row);
 * an engine that answered about a model and then dies on every request gets through
   400 encode cases in well under 90 s: after three consecutive deaths in the row the
   rest of it is ``error`` without being asked, said in one line in the terminal and the report (also
@@ -125,8 +125,8 @@ ROWS = ("split", "encode", "decode")
 def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     """Measured (shared 2-core machine, 3 rows x 2 models x 40 cases, 1 s to die loading):
     before issue 35, 9 requests about the bad model (3 deaths per row), 9 engine processes,
-    31 s; after, 1 request, 2 processes, 13 s. The verdict counts requests and processes,
-    not seconds."""
+    31 s; after, 2 requests (the first death may be a transient fault's), 3 processes. The
+    verdict counts requests and processes, not seconds."""
     if BAD not in model_cache.cached_models():
         model_missing(f"{BAD}; run: specgate models fetch {BAD}")
     starts, requests = tmp_path / "starts", tmp_path / "requests"
@@ -143,16 +143,17 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     about_bad = [line for line in asked if line.endswith(f" {BAD}")]
     print(f"{len(about_bad)} requests about {BAD}, {started} engine processes, {seconds:.0f} s")
     assert run.status == 1, run.output[-3000:]
-    assert len(about_bad) == 1, about_bad  # one death for the model, not three per row
-    assert started == 2, started  # the first process, and the one after the death
+    assert len(about_bad) == 2, about_bad  # two deaths for the model, not three per row
+    assert started == 3, started  # the first process, and one after each death
     cases = run.report["cases"]
     bad = [c for c in cases if c["model"] == BAD]
     good = [c for c in cases if c["model"] == GOOD]
     assert {c["stage"] for c in bad} == set(ROWS) and {c["stage"] for c in good} == set(ROWS)
     died = [c for c in bad if not c["message"].startswith(NOT_ASKED)]
-    assert len(died) == 1 and died[0]["outcome"] == "error" and PANIC in died[0]["message"], died
+    assert len(died) == 2 and {c["outcome"] for c in died} == {"error"}, died
+    assert all(PANIC in c["message"] for c in died)
     not_asked = [c for c in bad if c["message"].startswith(NOT_ASKED)]
-    assert len(not_asked) == len(bad) - 1 and {c["outcome"] for c in not_asked} == {"error"}
+    assert len(not_asked) == len(bad) - 2 and {c["outcome"] for c in not_asked} == {"error"}
     assert all(MESSAGE in c["message"] for c in not_asked), "each says why: the death's reason"
     assert {c["outcome"] for c in good} <= {"pass", "fail", "reference-disagreement"}, (
         "the good model was asked"
@@ -162,7 +163,8 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     assert len(note) == 1 and MESSAGE in note[0], run.report["verdict"]["reasons"]
     assert f"{len(not_asked)} more cases over 3 rows not asked (error)" in note[0], note
     assert (
-        sum(f"{BAD}: the engine died on its first request" in line for line in run.output.splitlines()) == 1
+        sum(f"{BAD}: the engine died on its first 2 requests" in line for line in run.output.splitlines())
+        == 1
     )
     assert "crash loop cut short" not in run.output, "no row of the bad model was asked three times"
 
