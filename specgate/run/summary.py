@@ -70,7 +70,14 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         if config.pluginmanager.get_plugin("dsession") is not None
         else "the gate never started it"
     )
-    state.groups = interrupts.guarded(config, state.records, lambda: triage.examine(
+
+    def examine_then_close() -> list[Any]:  # the engine's close is guarded too (a Ctrl-C may land in it)
+        try:
+            return examine()
+        finally:
+            close_engine(state)
+
+    examine = lambda: triage.examine(  # noqa: E731
         state.records,
         state.impl,
         repro_dir,
@@ -81,7 +88,8 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         engine=state.engine,  # the gate's own engine process: a slow load is not paid twice
         notes=state.diagnosis_notes,  # groups the budget left undiagnosed, a fresh engine's reason
         fresh_reason=fresh_reason,
-    ))  # fmt: skip
+    )  # fmt: skip
+    state.groups = interrupts.guarded(config, state.records, examine_then_close)
     interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
         return
