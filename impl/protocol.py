@@ -160,6 +160,11 @@ class Engine:
     def offers(self, capability: str) -> bool:
         return capability in self.capabilities
 
+    def unsupported_model(self, model: ModelRef) -> str:
+        """Why the engine does not support ``model`` at all (its cases are n/a, never
+        requested), or "" when it may (the default: every model)."""
+        return ""
+
     # One method per capability; an adapter overrides those it declares.
     def metadata(self, model: ModelRef) -> dict[str, Any]:
         raise NotImplementedError

@@ -6,7 +6,7 @@ specgate models list             what the manifest holds and what is cached
 specgate models verify [ID ...]  re-hash cached models in full against their sha256
 specgate models path ID          the cached GGUF's path
 specgate models export ID DIR    tokenizer.json + tokenizer_config.json of a model's GGUF
-specgate parity --impl NAME      gate an engine stage by stage (every gate option; pytest's too)
+specgate parity --impl NAME      gate an engine stage by stage (--help; pytest options too)
 specgate engine --impl NAME      serve an adapter over PROTOCOL.md (JSON lines on stdio)
 specgate repro FILE --impl NAME  replay a minimized reproducer (exit 1 while it still diverges)
 specgate report merge FILES...   join shard JSON reports (--shard I/N runs) into one report [--out DIR]
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         "parity",
         add_help=False,
-        help="gate an engine: specgate parity --impl NAME [--models ...] [--stages ...] (--help: every option)",
+        help="gate an engine: specgate parity --impl NAME [--models ...] [--stages ...] (--help: its options; --pytest-help: pytest's)",
     )
     e = sub.add_parser("engine", help="serve an adapter over the JSON-lines process protocol")
     e.add_argument("--impl", default="oracle")

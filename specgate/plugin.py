@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # --models a,b is --model a --model b: fold it in so every reader of --model sees it.
     extra = [m.strip() for m in config.getoption("--models").split(",") if m.strip()]
     config.option.model = list(dict.fromkeys([*config.getoption("--model"), *extra]))
-    if hasattr(config, "workerinput"):
+    if hasattr(config, "workerinput") or getattr(config.option, "help", False):  # --help gates nothing
         return
     usage.check_usage(config)
     if config.getoption("--parity-junit") and not config.option.xmlpath:
@@ -175,7 +175,10 @@ def engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
 
     state.engine_info = provenance.engine(spec, eng)
     yield eng
-    eng.close()
+    if hasattr(request.config, "workerinput"):  # a worker's engine ends with it
+        eng.close()
+    else:  # kept for the diagnosis and shrinking (no second load), closed after them
+        state.engine = eng
 
 
 @pytest.fixture(scope="session")
@@ -260,3 +263,11 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     run_end.summary(terminalreporter, config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The gate's engine, if the end of the run did not close it (no summary was written)."""
+    state = config.stash.get(SESSION, None)
+    if state is not None and state.engine is not None:
+        state.engine, engine = None, state.engine
+        engine.close()

@@ -32,7 +32,7 @@ class CaseBrowser:
 
     def shown_nodeids(self) -> list[str]:
         """The node ids of the case rows shown, in page order."""
-        return self.browser.js(f"{_SHOWN_ROWS}.map(r => r.cells[3].textContent)")
+        return self.browser.js(f"{_SHOWN_ROWS}.map(r => r.querySelector('.nodeid').textContent)")
 
     def select(self, name: str, value: str) -> None:
         """Choose ``value`` in the select ``name`` (a filter or the sort), as a user would."""

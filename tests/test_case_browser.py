@@ -49,6 +49,21 @@ def test_every_shown_value_is_capped_and_the_page_stays_proportional() -> None:
 
 
 @pytest.mark.slow
+def test_every_case_has_its_own_anchor() -> None:
+    """Issue 35: a link per case. Each row carries an anchor made from its node id: one per
+    case (distinct node ids, distinct anchors), an HTML id (no whitespace)."""
+    nodeids = [f"t::test_encode[{MODEL}-ws-{i}]" for i in range(3)]
+    nodeids += ["t::test_x[a b#c]", "t::test_x[a_b_c]", "t::test_x[a%20.b#c]", "t::test_x[a\tb#c]"]
+    payload = {
+        "cases": [GateRecord("encode", MODEL, "fail", n, "m").__dict__ for n in nodeids],
+        "case_details": [],
+    }
+    anchors = [row[-1] for row in report_browser._rows(payload)]
+    assert anchors[:3] == [f"case-{n}" for n in nodeids[:3]]
+    assert not any(re.search(r"[\s#]", a) for a in anchors), anchors
+    assert len(set(anchors)) == len(nodeids), anchors
+
+
 def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     binary = chromium(request.config)
     if MODEL not in model_cache.cached_models():
@@ -100,6 +115,21 @@ def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.Fixt
         engine = detail.split("the engine's answer:\n", 1)[1]
         assert engine.startswith(("▶", "·", "…")) and "▶" in engine.split("the first divergence")[0], detail
         assert "in a whitespace run" in detail and "\n-▶·" in detail and "\n+▶·" in detail, detail
+        # the message in plain spaces (issue 35: a · for every space), the diff's kept visible
+        message = detail.split("the first divergence", 1)[1].split("diff (", 1)[0]
+        assert "·" not in message.rstrip("\n").replace("·\n", "\n"), message
+
+        # every case has a link: its anchor opens it, whatever the filters showed
+        browser.search("")
+        browser.select("f-outcome", "pass")
+        anchor = browser.js(f"[...document.querySelectorAll('#cases tr.case')].find(r => r.querySelector('.nodeid')"
+                            f".textContent === {json.dumps(failing['nodeid'])}).querySelector('a.here').getAttribute('href')")  # fmt: skip
+        assert anchor.startswith("#case-"), anchor
+        browser.js(f"location.hash = {json.dumps(anchor)}")
+        opened = browser.js(f"(() => {{ const tr = document.getElementById(decodeURIComponent({json.dumps(anchor[1:])}));"
+                            " return !tr.hidden && tr.nextElementSibling.classList.contains('detail'); })()")  # fmt: skip
+        assert opened, anchor
+        browser.select("f-outcome", "")
 
         # sort by outcome: the visible rows come in order
         browser.search("")

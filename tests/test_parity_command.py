@@ -176,3 +176,35 @@ def test_the_wheel_carries_the_gates_and_their_data(light_install: LightInstall,
     )
     assert lifeline.run([str(python), "-c", "import torch"], capture_output=True, timeout=120).returncode != 0
     check_green_and_red(python, empty)
+
+
+def test_specgate_parity_help_shows_its_own_options_and_pytests_behind_a_flag() -> None:
+    """``--help`` is specgate's options only (issue 35: pytest's 401 lines hid them from
+    line 188); ``--pytest-help`` gives pytest's, specgate's among them. Neither needs a
+    model in the cache."""
+
+    def run(*args: str) -> str:
+        cmd = [sys.executable, "-m", "specgate", "parity", *args]
+        proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        return proc.stdout
+
+    own = run("--help").splitlines()
+    assert own[0].startswith("usage: specgate parity --impl NAME"), own[:3]
+    impl = next(i for i, line in enumerate(own) if line.strip().startswith("--impl"))
+    assert impl < 15, own[:20]
+    text = "\n".join(own)
+    for option in (
+        "--models",
+        "--stages",
+        "--diagnose-budget",
+        "--shrink-budget",
+        "--report-dir",
+        "--pytest-help",
+    ):
+        assert option in text, option
+    assert "--capture" not in text and "--strict-markers" not in text, "pytest's own options are not shown"
+    assert len(own) < 120, len(own)
+    assert run("-h").splitlines() == own
+    everything = run("--pytest-help")
+    assert "--capture" in everything and "--impl" in everything and "--diagnose-budget" in everything

@@ -344,11 +344,12 @@ class CmdEngine(_Requesting):
         if "error" in response:
             err = response["error"] if isinstance(response["error"], dict) else {"message": response["error"]}
             said = bounds.cut(str(err.get("message", err)), bounds.BOUNDS.message_chars)
-            message = f"{self.label}: {op}: {said}"
             if err.get("type") == "unsupported":
-                raise Unsupported(message)
-            kind = bounds.cut(str(err.get("type", "an error")), 80)
-            raise EngineError(f"engine reported {kind}: {message}")
+                # What the engine said, as every adapter's refusal: the caller names the engine
+                # and the input refused (``specgate.run.gate.call``), once.
+                raise Unsupported(said)
+            kind = bounds.cut(str(err.get("type", "engine")), 80)
+            raise EngineError(f"{self.label}: {op}: {kind} error: {said}")
         if "result" not in response:
             raise self._broken(f"answer to {what} has neither result nor error: {str(response)[:200]!r}")
         try:
@@ -411,6 +412,19 @@ class CmdEngine(_Requesting):
             if isinstance(claimed, list)
             else frozenset()
         )
+
+    def unsupported_model(self, model: Any) -> str:
+        """The handshake's ``models`` (ids or GGUF sha256s; absent: every model): a model
+        not among them is n/a, with this reason (PROTOCOL.md section 1)."""
+        self._ensure_started()
+        assert self._hello is not None
+        listed = self._hello.get("models")
+        if not isinstance(listed, list) or model.id in listed or model.sha256 in listed:
+            return ""
+        named = ", ".join(str(m) for m in listed[:8]) + (
+            f", … ({len(listed)} in all)" if len(listed) > 8 else ""
+        )
+        return f"{self.label} supports only the models its handshake lists ({named}): {model.id} is not among them"
 
     def version(self) -> str:
         self._ensure_started()

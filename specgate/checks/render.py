@@ -26,7 +26,7 @@ def answer(engine: Engine, expected: dict[str, Any], *args: Any, method: str = "
         return call(engine, "render", *args, method=method, refusal_expected=True, **kwargs), ""
     except Unsupported as exc:
         if "error" not in expected:
-            refused(f"{engine.name} refuses this render input: {exc}")
+            refused(f"{getattr(engine, 'label', engine.name)} refuses this render input: {exc}")
         return None, str(exc)
 
 

@@ -61,7 +61,12 @@ def hypotheses_of(stage: str) -> list[Hypothesis]:
 GATE_OUTCOMES = (Refused, NotApplicable, ReferenceDisagreement)
 MAX_CASES_PER_ROW = 200  # failing cases of one (stage, model) put to the engine again
 MAX_UNANSWERED = 3  # consecutive cases the engine does not answer before the row is left
-DEFAULT_BUDGET = 60.0  # seconds of diagnosing per run (an engine call already started finishes)
+#: Seconds of diagnosing per run (an engine call already started finishes). Measured: a
+#: four-model tokenizer run (split, encode, decode of the four vocabularies; an engine with
+#: NFC and a whitespace-lookahead bug, 275 failing cases) took 99.5 s to diagnose on a
+#: 2-core machine at load 4.7 (60 s, the old default, cut it short); 300 s is that with a
+#: 3x margin. ``--diagnose-budget`` changes it.
+DEFAULT_BUDGET = 300.0
 
 
 @dataclass
@@ -128,6 +133,7 @@ class Diagnoser:
     budget: float = DEFAULT_BUDGET
     clock: Callable[[], float] = time.monotonic
     notes: list[str] = field(default_factory=list)  # why a row was not (wholly) examined
+    out_of_time: list[tuple[str, str]] = field(default_factory=list)  # rows the budget left undiagnosed
     _references: dict[tuple[str, str], Any] = field(default_factory=dict)  # per catalogue and model
 
     def diagnose(self, records: Sequence[Any]) -> list[Diagnosis]:
@@ -142,6 +148,7 @@ class Diagnoser:
             if not any(r.outcome == "fail" for r in row):
                 continue
             if self.clock() > deadline:
+                self.out_of_time.append((stage, model_id))
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) is spent"
                 )
@@ -149,6 +156,7 @@ class Diagnoser:
             try:
                 found += self._row(stage, model_id, row, deadline)
             except OutOfTime:
+                self.out_of_time.append((stage, model_id))
                 self.notes.append(
                     f"{stage} · {model_id}: not diagnosed, the budget ({self.budget:g} s) ran out on it"
                 )
@@ -182,6 +190,8 @@ class Diagnoser:
                 continue
             unanswered = 0
             failing.append(_Case(record, inp, catalogue.answer(stage, m, inp, {}), got))
+        if self.clock() > deadline:  # the budget ran out while asking: no diagnosis from a part
+            raise OutOfTime
         hyps = hypotheses_of(stage)
 
         def deviated(case: _Case, *hs: Hypothesis) -> Any:

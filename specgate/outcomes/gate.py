@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import pytest
 
 from impl.bounds import BOUNDS, cut
-from impl.protocol import Engine, EngineError, Unsupported
+from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 
 OUTCOMES = ("pass", "fail", "refused", "n/a", "reference-disagreement", "error")
 #: Short column headings for the matrix, in ``OUTCOMES`` order.
@@ -96,12 +96,15 @@ def call(
     """
     if not engine.offers(capability):
         not_applicable(f"{engine.name} does not offer {capability!r}")
+    for model in (a for a in args if isinstance(a, ModelRef)):  # a model its handshake leaves out
+        if why := getattr(engine, "unsupported_model", lambda m: "")(model):
+            not_applicable(why)
     try:
         return getattr(engine, method or capability)(*args, **kwargs)
     except Unsupported as exc:
         if refusal_expected:
             raise
-        refused(f"{engine.name} refuses this {capability} input: {exc}")
+        refused(f"{getattr(engine, 'label', engine.name)} refuses this {capability} input: {exc}")
     except EngineError:
         raise
     except Exception as exc:  # the engine's own bug, surfaced as an error outcome

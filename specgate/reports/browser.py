@@ -1,7 +1,8 @@
-"""The case browser of the HTML report: every case of the run, with its input, the
-reference's answer, its first divergence (the message) shown with visible
-whitespace; filtered by the page's stage/model/outcome selects, searched by text,
-sorted; refusals grouped by their message.
+"""The case browser of the HTML report: every case of the run, with its input and the
+answers shown with visible whitespace (``·`` space, ``→`` tab), its first divergence
+(the message) in plain spaces (only whitespace ending a line made visible); filtered by
+the page's stage/model/outcome selects, searched by text, sorted; refusals grouped by
+their message. Each case has an anchor (``report.html#case-<node id>`` opens it).
 
 Sizes stay proportional to the number of cases: every shown value is cut to
 ``SHOWN_CHARS`` characters with a visible marker (``impl.bounds.cut``). Invisible and
@@ -18,6 +19,7 @@ the snapshot root each record carries.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from impl.bounds import cut
@@ -112,8 +114,16 @@ def _rows(payload: dict[str, Any]) -> list[list[Any]]:
         kept = c.get("answers") if isinstance(c.get("answers"), dict) else {}
         message = _shown(escaped(_shown(str(c.get("message", "")).strip()), double_backslashes=False))
         rows.append([*(controls(str(c.get(k, ""))) for k in ("stage", "model", "outcome", "nodeid")), message, d.get("input", ""),
-                     *(_shown(str(kept.get(k) or d.get(k, ""))) for k in ("reference", "engine", "diff", "where"))])  # fmt: skip
+                     *(_shown(str(kept.get(k) or d.get(k, ""))) for k in ("reference", "engine", "diff", "where")),
+                     anchor(str(c.get("nodeid", "")))])  # fmt: skip
     return rows
+
+
+def anchor(nodeid: str) -> str:
+    """The case's anchor in the page (``report.html#<anchor>`` opens it): its node id, which
+    names one case in a run, with whitespace, ``#`` and ``%`` written ``%<hex>.`` (an id has
+    no whitespace; distinct node ids keep distinct anchors)."""
+    return "case-" + re.sub(r"[\s#%]", lambda m: f"%{ord(m[0]):X}.", nodeid)
 
 
 def _refusals(payload: dict[str, Any]) -> str:
@@ -139,7 +149,8 @@ CSS = """
 #cases tr.case { cursor: pointer; } #cases tr.case:hover { background: #f3f3ff; }
 #cases td.msg { font-family: monospace; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 40em; }
 #cases .o-fail { color: #a00; } #cases .o-pass { color: #161; } #cases .o-refused { color: #135; }
-#cases .o-error { color: #609; } #cases tr.detail pre { max-height: 30em; overflow: auto; }
+#cases .o-error { color: #609; } #cases a.here { color: #999; text-decoration: none; }
+#cases tr.case:target { outline: 2px solid #88f; } #cases tr.detail pre { max-height: 30em; overflow: auto; }
 #case-tools input { width: 20em; } #case-tools label { margin-right: 1em; }
 """
 
@@ -152,22 +163,36 @@ const caseBrowser = (() => {
   const esc = s => String(s).replace(/[&<>"]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'})[c]);
   const firstLine = m => m.split('\\n')[0].replace(/^\\[[^\\]]*\\][^:]*: /, '').slice(0, 300);  // without the case prefix
   body.innerHTML = rows.map((r, i) =>  // one string: thousands of rows in one parse
-    `<tr class="case" data-i="${i}"><td class="o-${esc(r[2])}">${esc(r[2])}</td><td>${esc(r[0])}</td>` +
-    `<td>${esc(r[1])}</td><td>${esc(r[3])}</td><td class="msg">${esc(firstLine(r[4]))}</td></tr>`
+    `<tr class="case" id="${esc(r[10])}" data-i="${i}"><td class="o-${esc(r[2])}">${esc(r[2])}</td><td>${esc(r[0])}</td>` +
+    `<td>${esc(r[1])}</td><td><span class="nodeid">${esc(r[3])}</span> <a class="here" href="#${esc(encodeURIComponent(r[10]))}" ` +
+    `title="a link to this case">#</a></td><td class="msg">${esc(firstLine(r[4]))}</td></tr>`
   ).join('');
   const trs = [...body.rows];
   body.addEventListener('click', e => {
     const tr = e.target.closest('tr.case');
-    if (tr) toggle(tr, rows[tr.dataset.i]);
+    if (tr && !e.target.closest('a.here')) toggle(tr, rows[tr.dataset.i]);
   });
+  function openLinked() {  // report.html#case-<node id>: that case shown, opened and scrolled to
+    const tr = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (!tr || !tr.classList.contains('case')) return;
+    tr.hidden = false;
+    const next = tr.nextElementSibling;
+    if (!(next && next.classList.contains('detail'))) toggle(tr, rows[tr.dataset.i]);
+    tr.scrollIntoView();
+  }
+  window.addEventListener('hashchange', openLinked);
+  window.addEventListener('load', openLinked);
   const haystack = rows.map(r => [r[3], r[4], r[5], r[6], r[7], r[9]].join('\\n').toLowerCase());
   function ws(text) {  // whitespace made visible: · space, → tab, ↵ newline
     return text.replace(/ /g, '\\u00b7').replace(/\\t/g, '\\u2192').replace(/\\n/g, '\\u21b5\\n');
   }
-  function block(title, text, raw) {  // raw: already shown with visible whitespace (the diff)
+  function trailing(text) {  // a message: plain spaces, only whitespace ending a line made visible
+    return text.replace(/[ \\t]+$/gm, m => m.replace(/ /g, '\\u00b7').replace(/\\t/g, '\\u2192'));
+  }
+  function block(title, text, show) {  // show: how whitespace is shown (default: all of it visible)
     const div = document.createElement('div');
     const h = document.createElement('div'); h.className = 'note'; h.textContent = title;
-    const pre = document.createElement('pre'); pre.className = 'ws'; pre.textContent = text ? (raw ? text : ws(text)) : '(not recorded)';
+    const pre = document.createElement('pre'); pre.className = 'ws'; pre.textContent = text ? (show || ws)(text) : '(not recorded)';
     div.append(h, pre); return div;
   }
   function toggle(tr, r) {
@@ -178,8 +203,8 @@ const caseBrowser = (() => {
     td.append(block('input (invisible and combining code points escaped; · space, → tab, ↵ newline):', r[5]),
               block("the reference's answer:", r[6]),
               block("the engine's answer:", r[7]),
-              block('the first divergence' + (r[9] ? ' (' + r[9] + ')' : '') + ':', r[4]),
-              block('diff (- reference, + engine; · space, → tab, ↵ newline):', r[8], true));
+              block('the first divergence' + (r[9] ? ' (' + r[9] + ')' : '') + ':', r[4], trailing),
+              block('diff (- reference, + engine; · space, → tab, ↵ newline):', r[8], t => t));
     d.appendChild(td); tr.after(d);
   }
   let want = {};

@@ -140,6 +140,11 @@ def _group(number: int, group: dict[str, Any]) -> str:
             if group.get("diagnosis")
             else []
         ),
+        *(
+            [f'<div class="localized"><b>Localized:</b> {escape(group["localized"])}</div>']
+            if group.get("localized")
+            else []
+        ),
         f'<div class="note">models: {escape(", ".join(group["models"]))}; first cases:</div><ul>{cases}</ul>',
         f"<pre>{visible(group['first_message'].strip()[:4000])}</pre>",
     ]
@@ -181,6 +186,12 @@ def provenance_html(prov: Any) -> str:
     return f'<ul id="provenance" class="note">{items}</ul>'
 
 
+def _diagnosis_notes(notes: list[str]) -> str:
+    """What the diagnosis left undone (groups the budget left undiagnosed), and why."""
+    items = "".join(f"<li>{escape(n)}</li>" for n in notes)
+    return f'<ul id="diagnosis-notes" class="note">{items}</ul>' if notes else ""
+
+
 def page(payload: dict[str, Any]) -> str:
     """The whole page for a report payload (the JSON report's dict)."""
     rows = payload["matrix"]
@@ -204,6 +215,7 @@ def page(payload: dict[str, Any]) -> str:
 <h2>Matrix</h2>
 {_matrix(rows)}
 <h2>Root causes ({len(groups)} groups, largest first)</h2>
+{_diagnosis_notes(payload.get("diagnosis_notes") or [])}
 {"".join(_group(i, g) for i, g in enumerate(groups, 1)) or "<p>No failures, errors or reference disagreements.</p>"}
 {report_browser.section(payload)}
 <script>{_JS}{report_browser.JS}</script>

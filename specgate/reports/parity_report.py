@@ -117,6 +117,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
             for (s, m), c in table.items()
         ],
         "groups": [g.as_dict() for g in causes],
+        # what the diagnosis left undone (groups the budget left undiagnosed), and why
+        "diagnosis_notes": list(getattr(results, "diagnosis_notes", None) or []),
         "cases": [r.__dict__ for r in results.records],
         # per case (same order): its input and the reference's answer as the case browser shows them
         "case_details": report_browser.case_details(results.records),
@@ -152,6 +154,8 @@ def write_reports(results: Any, report_dir: str | Path) -> list[Path]:
             md += [f"  - {md_inline(r.nodeid)}" for r in group[:3]]
     if causes:
         md += ["", "## Root causes", "", f"{len(causes)} groups of findings, largest first.", ""]
+        if payload["diagnosis_notes"]:  # what the diagnosis left undone, and why
+            md += [*(f"- **{md_text(n)}**" for n in payload["diagnosis_notes"]), ""]
         for number, group in enumerate(payload["groups"], 1):
             md += group_markdown(number, group)
     png_path = (
@@ -216,6 +220,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
             if cause
             else [f"signature: {md_inline(group['signature'])}  "]
         ),
+        *([f"**Localized:** {md_text(group['localized'])}  "] if group.get("localized") else []),
         f"models: {md_text(', '.join(group['models']))}; first cases:",
         *[f"- {md_inline(nodeid)}" for nodeid in group["first_cases"]],
         "",

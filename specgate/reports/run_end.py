@@ -28,7 +28,12 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
     for problem in [*crashloop.notes(state.records), *state.verdict]:
         terminalreporter.write_line(report.terminal(f"specgate: RUN FAILS — {problem}"), red=True, bold=True)
     startup.attach_provenance(state, config, selected_models, selected_stages)
-    shrink_reproducers(state, config, terminalreporter)
+    try:
+        shrink_reproducers(state, config, terminalreporter)
+    finally:
+        close_engine(state)
+    for note in state.diagnosis_notes:
+        terminalreporter.write_line(report.terminal(f"specgate: {note}"), yellow=True)
     from specgate.run import junit_file
     from specgate.safe_io import files
 
@@ -43,6 +48,13 @@ def summary(terminalreporter: Any, config: pytest.Config) -> None:
         return
     for path in written:
         terminalreporter.write_line(f"report: {path}")
+
+
+def close_engine(state: SpecgateSession) -> None:
+    """Close the gate's engine, kept running for the diagnosis and shrinking."""
+    engine, state.engine = state.engine, None
+    if engine is not None:
+        engine.close()
 
 
 def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalreporter: Any) -> None:
@@ -64,7 +76,19 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         interrupts.skip_shrinking(config, state.groups)
         return
     start = time.monotonic()
-    state.groups = interrupts.guarded(config, state.records, lambda: triage.examine(
+    fresh_reason = (
+        "the gate ran in pytest-xdist workers, whose engines ended with them"
+        if config.pluginmanager.get_plugin("dsession") is not None
+        else "the gate never started it"
+    )
+
+    def examine_then_close() -> list[Any]:  # the engine's close is guarded too (a Ctrl-C may land in it)
+        try:
+            return examine()
+        finally:
+            close_engine(state)
+
+    examine = lambda: triage.examine(  # noqa: E731
         state.records,
         state.impl,
         repro_dir,
@@ -72,7 +96,11 @@ def shrink_reproducers(state: SpecgateSession, config: pytest.Config, terminalre
         total_budget=config.getoption("--shrink-budget"),
         diagnose_budget=config.getoption("--diagnose-budget"),
         worth_shrinking=crashloop.worth_shrinking,  # not a crash loop's groups: any input dies
-    ))  # fmt: skip
+        engine=state.engine,  # the gate's own engine process: a slow load is not paid twice
+        notes=state.diagnosis_notes,  # groups the budget left undiagnosed, a fresh engine's reason
+        fresh_reason=fresh_reason,
+    )  # fmt: skip
+    state.groups = interrupts.guarded(config, state.records, examine_then_close)
     interrupts.after_shrinking(config, state)  # a Ctrl-C while diagnosing or shrinking: marked, exit 130
     if not any(g.records[0].outcome in triage.SHRUNK_OUTCOMES for g in state.groups):
         return

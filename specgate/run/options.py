@@ -72,9 +72,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption(
         "--diagnose-budget",
         type=float,
-        default=60.0,
+        default=300.0,  # specgate.diagnose.diagnoser.DEFAULT_BUDGET: a busy 2-core machine's 4-model run, x3
         help="seconds spent in total after the run putting failing tokenizer cases to the engine again and "
-        "to the diagnosis catalogue's hypotheses, to name their causes (0: no diagnoses; default 60)",
+        "to the diagnosis catalogue's hypotheses, to name their causes (0: no diagnoses; default 300)",
     )
     group.addoption(
         "--shrink-group-budget", type=float, default=20.0, help="seconds of shrinking per group (default 20)"

@@ -104,7 +104,7 @@ def run(
 def lines(prov: dict[str, Any]) -> list[tuple[str, str]]:
     """The provenance as a few ``(label, text)`` lines (the label ends in its separator), the text raw: a handshake's name
     and version are the engine's own words, made inert by the format that shows them
-    (``specgate.reports.parity.provenance_markdown``, ``specgate.reports.html.provenance_html``)."""
+    (``specgate.reports.parity_report.provenance_markdown``, ``specgate.reports.html.provenance_html``)."""
     prov = prov if isinstance(prov, dict) else {}
     eng = prov.get("engine") if isinstance(prov.get("engine"), dict) else {}
     classes = eng.get("classes") if isinstance(eng.get("classes"), list) else []

@@ -84,6 +84,8 @@ class SpecgateSession:
     crash_loops: crashloop.CrashLoops = field(default_factory=crashloop.CrashLoops)  # engine deaths
     engine_info: dict[str, Any] | None = None  # the engine's self-description (specgate.run.provenance)
     startup_failure: str = ""  # the one-line reason the engine did not start
+    engine: Engine | None = None  # the gate's engine, kept running for the diagnosis and shrinking
+    diagnosis_notes: list[str] = field(default_factory=list)  # what the diagnosis left undone, and why
     provenance: dict[str, Any] | None = (
         None  # the reports' provenance (specgate.run.provenance.run), at the end
     )

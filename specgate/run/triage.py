@@ -82,6 +82,9 @@ class Group:
     shrink_note: str = ""  # why there is no reproducer, when there is none
     diagnosis: str = ""  # the named cause (``specgate.diagnose``), when a hypothesis reproduces the answers
     evidence: str = ""  # how many failing cases the deviated reference reproduces
+    localized: str = (
+        ""  # the step inside the tokenizer the engine departs at (``specgate.diagnose.localize``)
+    )
 
     @property
     def divergence_signature(self) -> str:
@@ -112,6 +115,7 @@ class Group:
             "divergence_signature": self.divergence_signature,  # what its reproducer still shows
             "diagnosis": self.diagnosis,
             "evidence": self.evidence,
+            "localized": self.localized,
             "where": "" if self.diagnosis else (getattr(first, "answers", None) or {}).get("site", ""),
         }
 
@@ -379,13 +383,18 @@ def examine(
     repro_dir: Path,
     group_budget: float = DEFAULT_GROUP_BUDGET,
     total_budget: float = DEFAULT_TOTAL_BUDGET,
-    diagnose_budget: float = 60.0,
+    diagnose_budget: float = 300.0,
     worth_shrinking: Callable[[list[Group]], list[Group]] = lambda groups: groups,
+    engine: Any = None,
+    notes: list[str] | None = None,
+    fresh_reason: str = "",
 ) -> list[Group]:
     """A run's findings as root-cause groups: the failing cases diagnosed
     (``specgate.diagnose``; named causes first), the rest grouped by signature, and each
-    group's reproducer shrunk — one fresh engine of ``impl`` for both, closed after (the
-    run's own engine has been shut down with the session's fixtures by then)."""
+    group's reproducer shrunk — with ``engine`` (the run's own, still running: no second
+    load; the caller closes it) or else one fresh engine of ``impl`` for both, closed
+    after. ``notes`` gets a line per thing the diagnosis left undone: how many failing
+    groups the budget left undiagnosed, and why."""
     from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 
     diagnosable = diagnose_budget > 0 and any(
@@ -398,7 +407,12 @@ def examine(
         return groups
     from impl.registry import resolve
 
-    engine = resolve(impl)
+    own = engine is None
+    if own and notes is not None:
+        notes.append(
+            f"the diagnosis and shrinking started the engine again: {fresh_reason or 'no engine to reuse'}"
+        )
+    engine = resolve(impl) if own else engine
     try:
         try:
             diagnoser = Diagnoser(engine, case_input, model_for, diagnose_budget)
@@ -409,10 +423,68 @@ def examine(
                 group.shrink_note = "the run was interrupted (Ctrl-C) while diagnosing: not shrunk"
             return groups
         groups = group_records(records, diagnoses)
-        shrink_groups(worth_shrinking(groups), impl, repro_dir, group_budget, total_budget, engine=engine)
+        worth = worth_shrinking(groups)  # not a crash loop's: asked again, the engine only dies again
+        if diagnosable:
+            localize_groups(worth, engine)
+        if notes is not None:
+            notes.extend(undiagnosed_notes(groups, diagnoser, DIAGNOSABLE_ROWS))
+        shrink_groups(worth, impl, repro_dir, group_budget, total_budget, engine=engine)
     finally:
-        engine.close()
+        if own:
+            engine.close()
     return groups
+
+
+#: Seconds of asking the engine again to localize the tokenizer groups (one case each).
+LOCALIZE_SECONDS = 60.0
+#: The stages whose failures are localized inside the tokenizer.
+LOCALIZED_STAGES = ("split", "encode")
+
+
+def localize_groups(groups: list[Group], engine: Any, clock: Callable[[], float] = time.monotonic) -> None:
+    """Every failing split or encode group, named or not, gets the line of where inside
+    the tokenizer its first replayable case departs (``specgate.diagnose.localize``):
+    one engine call per group, within ``LOCALIZE_SECONDS``; a group left without it
+    says why."""
+    from specgate.diagnose.localize import localize_group
+
+    deadline, tokenizers = clock() + LOCALIZE_SECONDS, {}
+    for group in groups:
+        first = group.records[0]
+        if first.outcome != "fail" or first.stage not in LOCALIZED_STAGES:
+            continue
+        if clock() > deadline:
+            group.localized = f"not localized: the {LOCALIZE_SECONDS:g} s of localizing were spent"
+            continue
+        for record in group.records:
+            inp = case_input(record)
+            if inp is None:
+                continue
+            try:
+                group.localized = localize_group(engine, record, inp, model_for(record.model), tokenizers)
+            except Exception as exc:  # a courtesy: the group stands without it
+                group.localized = f"not localized ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+            break
+
+
+def undiagnosed_notes(groups: list[Group], diagnoser: Any, stages_diagnosed: Sequence[str]) -> list[str]:
+    """What the diagnosis left undone, for the terminal and every report: how many failing
+    groups of diagnosed stages were left undiagnosed because its budget ran out (their
+    rows named), then each row it could not examine for another reason."""
+    short = set(diagnoser.out_of_time)
+    failing = [g for g in groups if g.records[0].outcome == "fail" and g.records[0].stage in stages_diagnosed]
+    left = [g for g in failing if not g.diagnosis and any((r.stage, r.model) in short for r in g.records)]
+    lines = []
+    if short:
+        rows = ", ".join(f"{stage} · {model}" for stage, model in diagnoser.out_of_time)
+        lines.append(
+            f"diagnosis cut short: {len(left)} of {len(failing)} failing group{'s' if len(failing) != 1 else ''} "
+            f"left undiagnosed because the diagnosis budget ({diagnoser.budget:g} s, --diagnose-budget) ran out "
+            f"before {len(short)} row{'s' if len(short) != 1 else ''} could be examined ({rows}); a larger "
+            f"--diagnose-budget names their causes"
+        )
+    lines += [f"diagnosis: {n}" for n in diagnoser.notes if "not diagnosed, the budget" not in n]
+    return lines
 
 
 def shrink_groups(

@@ -31,7 +31,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="comma-separated: split,encode,decode,render,template,sample,logits,generate",
     )
     s.add_argument("--models", type=csv, help="models for the model stages (default: each stage's own)")
-    s.add_argument("--budget", type=duration, default=600.0, help="wall time, e.g. 90s, 10m (default 10m)")
+    s.add_argument(
+        "--budget",
+        type=duration,
+        default=600.0,
+        help="wall time of the session, e.g. 90s, 10m (default 10m): 65%% searching, "
+        "the rest minimizing and confirming the root causes",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default="reports", help="report directory (default reports)")
     s.add_argument("--db", help="hypothesis example database (default <out>/search-db): resumes from it")

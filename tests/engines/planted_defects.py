@@ -7,6 +7,7 @@ Imported by those scripts as ``planted_defects`` (their folder is on ``sys.path`
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Mapping, Sequence
 
 from impl.process.server import serve
@@ -19,4 +20,7 @@ def serve_with_defects(defects: Mapping[str, Callable[[], object]], argv: Sequen
     parser.add_argument("--defects", default="", help=f"comma-separated, of {sorted(defects)}")
     for name in filter(None, parser.parse_args(argv).defects.split(",")):
         defects[name]()
+    if os.environ.get("PLANTED_ENGINE_STARTS"):  # each start appends a line (tests count the processes)
+        with open(os.environ["PLANTED_ENGINE_STARTS"], "a", encoding="utf-8") as starts:
+            starts.write(f"{os.getpid()}\n")
     return serve(resolve("oracle"))

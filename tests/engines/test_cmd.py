@@ -139,11 +139,11 @@ def test_reported_errors_keep_the_engine_running(toy) -> None:
         engine.encode(MODEL, "refuse", parse_special=False)
     with pytest.raises(EngineError, match="RuntimeError: toy exploded"):
         engine.encode(MODEL, "boom", parse_special=False)
-    with pytest.raises(EngineError, match=r"bad_request: .*unknown op 'tokenise'"):
+    with pytest.raises(EngineError, match=r"^cmd:toy: tokenise: bad_request error: unknown op 'tokenise'"):
         engine.exchange("tokenise", {"text": "x"})
     with pytest.raises(
         EngineError,
-        match=r"bad_request: .*requests/encode.schema.json#/required at request: 'parse_special' is a required",
+        match=r"bad_request error: .*requests/encode.schema.json#/required at request: 'parse_special' is a required",
     ):
         engine.exchange("encode", {"model": {"id": "m", "gguf": "/m.gguf", "sha256": "0"}, "text": "x"})
     assert engine.encode(MODEL, "ok", parse_special=False) == [111, 107]
@@ -268,3 +268,55 @@ def test_full_logits_arrays_raise_the_default_line_bound(monkeypatch: pytest.Mon
     assert CmdEngine("true").max_line_bytes < full_answer
     monkeypatch.setenv("SPECGATE_CMD_LOGITS_TOP_K", "0")
     assert CmdEngine("true").max_line_bytes > full_answer
+
+
+def test_each_layer_says_its_part_of_a_message_once(toy) -> None:
+    """Issue 35: "engine reported engine: cmd:…: decode: …" and "cmd refuses this encode
+    input: cmd:…" said the engine twice. The client names the engine and the op, the gate
+    the refusal: each once."""
+    from specgate.run.gate import Refused, call
+
+    engine = toy()
+    with pytest.raises(Refused) as refused:
+        call(engine, "encode", MODEL, "refuse", False)
+    assert refused.value.msg == "cmd:toy refuses this encode input: toy refuses the word 'refuse'"
+    with pytest.raises(EngineError) as failed:
+        call(engine, "encode", MODEL, "boom", False)
+    assert str(failed.value) == "cmd:toy: encode: engine error: RuntimeError: toy exploded"
+
+
+#: An engine that supports one model, says so in its handshake (``models``), and dies if it
+#: is ever asked about another.
+ONE_MODEL_ENGINE = """
+import json, sys
+print(json.dumps({"protocol": "specgate-jsonl/1", "engine": "one", "version": "1",
+                  "capabilities": ["encode"], "models": ["toy-model", "%s"]}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if request.get("op") == "shutdown":
+        break
+    if request["model"]["id"] != "toy-model":
+        sys.exit("asked about a model it does not support")
+    print(json.dumps({"id": request["id"], "result": [1]}), flush=True)
+"""
+
+
+def test_the_models_a_handshake_lists_are_the_only_ones_asked_about(tmp_path: Path) -> None:
+    from specgate.run.gate import call
+
+    script = tmp_path / "one_model.py"
+    script.write_text(ONE_MODEL_ENGINE % ("cd" * 32), encoding="utf-8")
+    engine = CmdEngine(shlex.join([sys.executable, str(script)]), timeout=20)
+    try:
+        assert call(engine, "encode", MODEL, "x", False) == [1]
+        other = ModelRef("other-model", Path("/nonexistent/other.gguf"), "ef" * 32)
+        with pytest.raises(NotApplicable) as na:
+            call(engine, "encode", other, "x", False)
+        assert "cmd:one supports only the models its handshake lists (toy-model, " in na.value.msg
+        assert "other-model is not among them" in na.value.msg
+        by_sha = ModelRef("renamed", Path("/nonexistent/r.gguf"), "cd" * 32)  # listed by its sha256
+        with pytest.raises(EngineError, match="asked about a model it does not support"):
+            call(engine, "encode", by_sha, "x", False)
+        assert engine.starts == 1  # the other model was never asked (it would have died); the sha256 was
+    finally:
+        engine.close()

@@ -146,24 +146,24 @@ def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
 
 
 def test_a_ctrl_c_while_the_fresh_engine_closes_still_writes_the_report(tmp_path):
-    """The moments around diagnosing and shrinking — importing the diagnoses, starting
-    and closing their fresh engine — are interrupted like the rest. At load 35 the
-    Ctrl-C of the test above landed in ``triage.examine``'s import: a traceback and exit
-    -2, no report. Here the SIGINT comes from the engine itself, sent to the run once it
-    is told to shut down (its second start: the diagnosis's engine), so it lands while
-    the run closes it, whatever the machine's load."""
+    """The moments around diagnosing and shrinking — importing the diagnoses, closing the
+    engine they asked (the gate's own process, reused) — are interrupted like the rest. At
+    load 35 the Ctrl-C of the test above landed in ``triage.examine``'s import: a traceback
+    and exit -2, no report. Here the SIGINT comes from the engine itself, sent to the run
+    once it is told to shut down (its only start: the gate's engine, which the diagnosis
+    reused), so it lands while the run closes it, whatever the machine's load."""
     reports = tmp_path / "reports"
     proc, lines = start(
         reports, "--max-cases", "3", "--shrink-budget", "0",
-        SLOW_ENGINE_STARTS=str(tmp_path / "starts"), SLOW_ENGINE_SIGINT_AT_CLOSE="2", SLOW_ENGINE_LINGER="60",
+        SLOW_ENGINE_STARTS=str(tmp_path / "starts"), SLOW_ENGINE_SIGINT_AT_CLOSE="1", SLOW_ENGINE_LINGER="60",
         SLOW_ENGINE_DELAY="0.05",
     )  # fmt: skip
     code, out, err = finish(proc, lines)
     assert code == 130, f"exit {code}\n{out[-3000:]}\n{err[-3000:]}"
     assert "Traceback" not in err + out, err[-3000:]
     assert (
-        len((tmp_path / "starts").read_text(encoding="utf-8").splitlines()) == 2
-    )  # the run's, the diagnosis's
+        len((tmp_path / "starts").read_text(encoding="utf-8").splitlines()) == 1
+    )  # the run's, reused by the diagnosis
     stem = reports / report_stem(ENGINE, None)
     payload = json.loads(stem.with_name(stem.name + ".json").read_text(encoding="utf-8"))
     assert len(payload["cases"]) == 3
