@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 from specgate.run.verdict import GateRecord
 
+from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 from specgate.reports import parity_report as reports
 from specgate.run import triage
 
@@ -71,7 +71,6 @@ def test_the_default_budget_is_one_number() -> None:
     import argparse
 
     from specgate.diagnose.diagnoser import DEFAULT_BUDGET
-
     from specgate.parity import _Group
     from specgate.run.options import add_options
 
