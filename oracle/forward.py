@@ -69,7 +69,8 @@ class Model:
 
     ``prefill(ids)`` appends a block of tokens after the ``n_past`` already
     processed and returns logits for each of them; ``step(id)`` does the same for
-    one token. ``reset()`` empties the cache (a new, unrelated sequence).
+    one token. ``truncate(n)`` keeps the first ``n`` positions; ``reset()`` empties
+    the cache (a new, unrelated sequence).
     """
 
     def __init__(
@@ -95,6 +96,10 @@ class Model:
 
     def reset(self) -> None:
         self.cache.reset()
+
+    def truncate(self, n: int) -> None:
+        """Forget every position from ``n`` on (``KVCache.truncate``)."""
+        self.cache.truncate(n)
 
     def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE) -> np.ndarray:
         """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab].
