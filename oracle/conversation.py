@@ -2,9 +2,14 @@
 
 A chat engine keeps a session (``oracle.session``) across turns. At each turn:
 
-1. **Render incrementally.** The past state is rendered with
-   ``add_generation_prompt=false`` and the new state with ``true``; the *delta* is
-   what the new render adds after the past one (``oracle.template.delta``'s rule).
+1. **Render incrementally.** The past state — the history up to the assistant's last
+   reply — is rendered with ``add_generation_prompt=false`` and the new state, which
+   asks for the next answer, with ``true``; the *delta* is what the new render adds
+   after the past one (``oracle.template.delta``'s rule, minfer's ``format_single``).
+   In general a state is rendered with the generation prompt exactly when it asks for
+   an answer (``asks``: its last message is not the assistant's): a turn that records
+   the engine's reply renders the past question *with* its generation prompt — what
+   the cache holds — and the reply without one.
    When the new render does not start with the past render — *template drift*: the
    template re-renders history differently (Qwen3 drops past reasoning once a new
    user turn follows it; a changed system prompt) — there is no delta, and the
@@ -105,6 +110,11 @@ def render(
     )
 
 
+def asks(messages: Messages) -> bool:
+    """A state asks for an answer unless it ends with the assistant's own message."""
+    return bool(messages) and messages[-1].get("role") != "assistant"
+
+
 def increment(
     template: ChatTemplate,
     tokenize: Tokenize,
@@ -114,11 +124,12 @@ def increment(
     past_kwargs: Mapping[str, Any] | None = None,
     new_kwargs: Mapping[str, Any] | None = None,
 ) -> Increment:
-    """The past state rendered without the generation prompt, the new one with it; where
-    the new render drifts from the past one, and where the delta's tokens meet a seam."""
+    """The past and the new state rendered (each with the generation prompt when it
+    ``asks``); where the new render drifts from the past one, and where the delta's
+    tokens meet a seam."""
     past_kwargs = {} if past_kwargs is None else past_kwargs
-    past_text = render(template, past, False, past_kwargs)
-    new_text = render(template, new, True, past_kwargs if new_kwargs is None else new_kwargs)
+    past_text = render(template, past, asks(past), past_kwargs)
+    new_text = render(template, new, asks(new), past_kwargs if new_kwargs is None else new_kwargs)
     ids = tokenize(new_text)
     past_ids = tokenize(past_text) if past_text else []
     drift = seam = None
@@ -180,43 +191,80 @@ def with_system(messages: Messages, system: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": system}, *out]
 
 
+def next_state(
+    messages: Messages,
+    kwargs: Mapping[str, Any],
+    append: Messages = (),
+    system: str | None = None,
+    turn_kwargs: Mapping[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The conversation after a turn: ``append`` added, the system prompt replaced when
+    ``system`` is given, the template's keywords updated from this turn on."""
+    new = [*(dict(m) for m in messages), *(dict(m) for m in append)]
+    if system is not None:
+        new = with_system(new, system)
+    return new, {**kwargs, **(turn_kwargs or {})}
+
+
+def stale_of(turn: int, held: str, held_ids: Sequence[int], new: str, new_ids: Sequence[int]) -> Stale | None:
+    """The KV tokens the cache (holding ``held_ids``, the tokens of ``held``) must drop to
+    hold the new render: None when ``held_ids`` is a prefix of ``new_ids``."""
+    token = parting(held_ids, new_ids)
+    if token is None:
+        return None
+    offset = parting(held, new)
+    at = len(held) if offset is None else offset
+    return Stale(turn, token, len(held_ids) - token, offset, around(held, at), around(new, at))
+
+
 class Conversation:
     """A conversation over a session: ``turn`` appends messages (and may change the
-    system prompt or the template's keyword arguments) and syncs the cache."""
+    system prompt or the template's keyword arguments) and syncs the cache. Without a
+    session it is a dry run: the renders, drifts, seams and stale tokens of each turn,
+    no model evaluated (what the drift table is built from)."""
 
-    def __init__(self, session: Session, template: ChatTemplate, tokenize: Tokenize, **kwargs: Any) -> None:
+    def __init__(
+        self, session: Session | None, template: ChatTemplate, tokenize: Tokenize, **kwargs: Any
+    ) -> None:
         self.session, self.template, self.tokenize = session, template, tokenize
         self.kwargs = dict(kwargs)
         self.messages: list[dict[str, Any]] = []
         self.turns = 0
-        self.held = ""  # the text whose tokens the session holds
+        self.held = ""  # the text whose tokens the cache holds
+        self.held_ids: list[int] = []
 
     def turn(self, append: Messages = (), system: str | None = None, **kwargs: Any) -> Turn:
-        new = [*self.messages, *(dict(m) for m in append)]
-        if system is not None:
-            new = with_system(new, system)
-        new_kwargs = {**self.kwargs, **kwargs}
+        new, new_kwargs = next_state(self.messages, self.kwargs, append, system, kwargs)
         self.turns += 1
         inc = increment(self.template, self.tokenize, self.messages, new, self.turns, self.kwargs, new_kwargs)
-        synced = self.session.sync(inc.ids)
-        stale = None
-        if synced.dropped:
-            offset = parting(self.held, inc.new)
-            at = len(self.held) if offset is None else offset
-            stale = Stale(
-                self.turns, synced.kept, synced.dropped, offset, around(self.held, at), around(inc.new, at)
+        stale = stale_of(self.turns, self.held, self.held_ids, inc.new, inc.ids)
+        if self.session is not None:
+            synced = self.session.sync(inc.ids)
+            kept, dropped, appended, logits = (
+                synced.kept,
+                synced.dropped,
+                synced.appended,
+                self.session.logits,
             )
-        self.messages, self.kwargs, self.held = new, new_kwargs, inc.new
-        assert self.session.logits is not None
-        return Turn(
-            inc, synced.kept, synced.dropped, synced.appended, len(self.session), stale, self.session.logits
-        )
+        else:
+            kept = len(self.held_ids) if stale is None else stale.token
+            dropped, appended, logits = (
+                len(self.held_ids) - kept,
+                len(inc.ids) - kept,
+                np.empty(0, np.float32),
+            )
+        self.messages, self.kwargs, self.held, self.held_ids = new, new_kwargs, inc.new, list(inc.ids)
+        assert logits is not None
+        return Turn(inc, kept, dropped, appended, len(inc.ids), stale, logits)
 
     def generate(
         self, piece: Callable[[int], bytes], params: Mapping[str, Any], stop_tokens: Sequence[int]
     ) -> dict[str, Any]:
         """The model's answer (``Session.generate``): its ids join the cache, its text the
         held text. The caller records the answer as a message in the next turn."""
+        if self.session is None:
+            raise ValueError("a dry-run conversation has no session to generate with")
         result = self.session.generate(piece, params, stop_tokens)
         self.held += bytes.fromhex(result["bytes"]).decode("utf-8", errors="replace")
+        self.held_ids = list(self.session.ids)
         return result
