@@ -182,12 +182,16 @@ def model_table(model_id: str) -> list[str]:
         "| seam | stale KV an append-only engine keeps |",
         "|---|---|---|---|---|---|---|",
     ]
+    correct = 0
     for cid, conv in corpus.multi_turn_conversations().items():
         s = summary(play(template, tokenize, conv))
+        correct += verdict(s).startswith("yes")
         lines.append(
             f"| {cid} | {conv['shape']} | {len(conv['turns'])} | {verdict(s)} | {cell(s['drift'])} "
             f"| {cell(s['seam'])} | {cell(s['stale'])} |"
         )
+    total = len(corpus.multi_turn_conversations())
+    lines.insert(4, f"Append-only KV reuse stays correct in {correct} of {total} conversations.\n")
     return [*lines, ""]
 
 
