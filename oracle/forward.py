@@ -69,7 +69,8 @@ class Model:
 
     ``prefill(ids)`` appends a block of tokens after the ``n_past`` already
     processed and returns logits for each of them; ``step(id)`` does the same for
-    one token. ``reset()`` empties the cache (a new, unrelated sequence).
+    one token. ``truncate(n)`` keeps the first ``n`` positions; ``reset()`` empties
+    the cache (a new, unrelated sequence).
     """
 
     def __init__(
@@ -96,15 +97,20 @@ class Model:
     def reset(self) -> None:
         self.cache.reset()
 
-    def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE) -> np.ndarray:
-        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab].
-        ``trace`` is shown the named intermediates (``oracle.trace``)."""
+    def truncate(self, n: int) -> None:
+        """Forget every position from ``n`` on (``KVCache.truncate``)."""
+        self.cache.truncate(n)
+
+    def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE, last_only: bool = False) -> np.ndarray:
+        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab]
+        (only the last position's, [1, n_vocab], with ``last_only``: a session's append
+        needs no more). ``trace`` is shown the named intermediates (``oracle.trace``)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         check_token_ids(ids, self.hparams.n_vocab)
         self.cache.check_room(ids.size)
         self.trace = trace
         try:
-            return self._forward(ids)
+            return self._forward(ids, last_only)
         finally:
             self.trace = NO_TRACE
 
@@ -114,7 +120,7 @@ class Model:
 
     # -- the network -------------------------------------------------------------
 
-    def _forward(self, ids: np.ndarray) -> np.ndarray:
+    def _forward(self, ids: np.ndarray, last_only: bool = False) -> np.ndarray:
         hp, w = self.hparams, self.weights
         positions = np.arange(self.n_past, self.n_past + ids.size)
         cos, sin = rope.rope_angles(positions, hp.head_dim, hp.rope_base)
@@ -126,6 +132,8 @@ class Model:
             x += self._ffn_block(i, x)
             self.trace(f"l_out-{i}", x)
         self.cache.advance(ids.size)
+        if last_only:
+            x = x[-1:]
         x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
         self.trace("result_norm", x)
         logits = w.matmul(x, self.output_name)

@@ -8,6 +8,11 @@ costs one token's worth of projections instead of a whole prefix.
 Storage grows by doubling (amortized O(1) appends) and is bounded by the model's
 context length, beyond which positions — and RoPE angles the model was trained
 for — do not exist: that is a ``ContextOverflow``, not a silent wrap.
+
+``truncate(n)`` forgets every position from ``n`` on: the next append is written at
+position ``n`` and attention reads keys and values only up to the new end, so no
+stale entry past ``n`` is ever seen again (a conversation drops its KV from the
+first token a new render changes, ``oracle.session``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,12 @@ class KVCache:
         self.n_past = 0
         self._k: list[np.ndarray] = [np.empty((self.n_head_kv, 0, self.head_dim), np.float32)] * self.n_layer
         self._v: list[np.ndarray] = list(self._k)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` positions only (0 <= n <= n_past)."""
+        if not 0 <= n <= self.n_past:
+            raise ValueError(f"cannot truncate the KV cache to {n} tokens: it holds {self.n_past}")
+        self.n_past = n
 
     def check_room(self, n_new: int) -> None:
         if self.n_past + n_new > self.n_ctx:

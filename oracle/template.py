@@ -98,7 +98,13 @@ def refusal_message(refusal: TemplateRefusal) -> str:
 
 
 class NotAppendOnly(Exception):
-    """Rendering the longer conversation changed text already rendered for the history."""
+    """Rendering the longer conversation changed text already rendered for the history:
+    ``offset`` is the first character where ``past`` (the history's render) and ``new``
+    (the longer conversation's) differ."""
+
+    def __init__(self, message: str, offset: int = 0, past: str = "", new: str = "") -> None:
+        super().__init__(message)
+        self.offset, self.past, self.new = offset, past, new
 
 
 class ChatMLFallbackNotice(UserWarning):
@@ -406,14 +412,23 @@ def delta(
     """
     before = template.render(history, add_generation_prompt=False, **kwargs) if history else ""
     after = template.render([*history, *new], add_generation_prompt=True, **kwargs)
-    if not after.startswith(before):
-        at = next(
-            (i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
-            min(len(before), len(after)),
-        )
+    at = parting(before, after)
+    if at is not None:
         raise NotAppendOnly(
             f"the template is not append-only for this conversation: re-rendering the history with the new "
             f"turn changes it at character {at} (history {before[max(0, at - 20) : at + 20]!r} vs "
-            f"re-rendered {after[max(0, at - 20) : at + 20]!r})"
+            f"re-rendered {after[max(0, at - 20) : at + 20]!r})",
+            at,
+            before,
+            after,
         )
     return after[len(before) :]
+
+
+def parting(past: Sequence[Any], new: Sequence[Any]) -> int | None:
+    """Where ``new`` stops extending ``past`` (two strings, or two id lists): None when
+    ``past`` is a prefix of ``new``, else the first index where they differ (``len(new)``
+    when ``new`` is a proper prefix of ``past``)."""
+    n = min(len(past), len(new))
+    at = next((i for i in range(n) if past[i] != new[i]), n)
+    return None if at == len(past) else at

@@ -11,6 +11,13 @@
   construct corpus (editing a construct makes the snapshot stale, loudly).
   ``corpus/templates/hostile/<id>.jinja``: templates that must be refused; the first
   line is ``{#- expect: <text the refusal must contain> -#}``.
+* **Conversation (state)** — ``corpus/conversations/multi_turn/<id>.json``
+  (``{"description", "shape", "kwargs", "turns": [{"append": [messages], "system":
+  optional new system prompt, "kwargs": optional template keywords from this turn
+  on}]}``): multi-turn conversations played turn by turn through the oracle's
+  conversation mode (``oracle.conversation``) and the drift table
+  (``specgate.upkeep.drift_table``). They live in a subfolder so the render gate's
+  one-shot cases (``render_cases``, the top folder only) are not changed by them.
 * **Tokenizer** — ``corpus/texts/tokenizer.jsonl`` (one case per line: id, category,
   text), ``corpus/texts/decode.jsonl`` (id sequences no text encodes to: special and
   unused ids, bytes ending or breaking inside a character) and the vocabulary models
@@ -74,6 +81,15 @@ def render_cases() -> dict[str, RenderCase]:
                 path.stem, data["messages"], gen, data.get("kwargs", {})
             )
     return cases
+
+
+MULTI_TURN = CONVERSATIONS / "multi_turn"
+
+
+@cache
+def multi_turn_conversations() -> dict[str, dict[str, Any]]:
+    """conversation id -> ``{"description", "shape", "kwargs", "turns"}``, in id order."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(MULTI_TURN.glob("*.json"))}
 
 
 def constructs() -> dict[str, dict[str, Any]]:
