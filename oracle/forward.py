@@ -83,6 +83,7 @@ class Model:
         self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, self.n_ctx)
         self.trace: Recorder = NO_TRACE
+        self.outputs: np.ndarray | None = None  # the positions ``prefill`` projects to logits (None: all)
 
     @classmethod
     def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: int | None) -> Model:
@@ -96,17 +97,23 @@ class Model:
     def reset(self) -> None:
         self.cache.reset()
 
-    def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE) -> np.ndarray:
+    def prefill(
+        self, ids: Sequence[int], trace: Recorder = NO_TRACE, outputs: Sequence[int] | None = None
+    ) -> np.ndarray:
         """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab].
-        ``trace`` is shown the named intermediates (``oracle.trace``)."""
+        ``trace`` is shown the named intermediates (``oracle.trace``). With ``outputs``
+        (indices into ``ids``, negative from the end) only those positions are projected
+        to logits, [len(outputs), n_vocab] — a decode loop reads its prompt's last one;
+        every position still enters the KV cache."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         check_token_ids(ids, self.hparams.n_vocab)
         self.cache.check_room(ids.size)
         self.trace = trace
+        self.outputs = None if outputs is None else np.arange(ids.size)[np.asarray(outputs, dtype=np.int64)]
         try:
             return self._forward(ids)
         finally:
-            self.trace = NO_TRACE
+            self.trace, self.outputs = NO_TRACE, None
 
     def step(self, token_id: int) -> np.ndarray:
         """Process one token after the cached ones; float32 logits [n_vocab]."""
@@ -128,7 +135,7 @@ class Model:
         self.cache.advance(ids.size)
         x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
         self.trace("result_norm", x)
-        logits = w.matmul(x, self.output_name)
+        logits = w.matmul(x if self.outputs is None else x[self.outputs], self.output_name)
         self.trace("result_output", logits)
         return logits
 
