@@ -271,6 +271,15 @@ class GGUFFile:
             return raw.view(np.float32).reshape(info.shape)
         return dequantize_blocks(raw, qtype).reshape(info.shape)
 
+    def dequantize_rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a 2-D tensor as float32 [stop - start, columns]."""
+        info = self.tensors[name]
+        qtype = GGMLQuantizationType(info.ggml_type)
+        raw = self.tensor_bytes(name).reshape(info.shape[0], -1)[start:stop]
+        if qtype == GGMLQuantizationType.F32:
+            return raw.view(np.float32)
+        return dequantize_blocks(raw.reshape(-1), qtype).reshape(raw.shape[0], info.shape[1])
+
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
 

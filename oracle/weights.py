@@ -38,6 +38,7 @@ SUPPORTED_TYPES = frozenset(
 )
 DEFAULT_BUDGET_BYTES = 2 << 30  # keeps every weight of a 0.5B model; a 7B model streams most
 STREAM_BLOCK_BYTES = 64 << 20
+TRANSPOSE_ROWS = 1024  # rows dequantized and transposed at a time into a kept matrix
 WIDE_OUTPUT = 32768  # output columns from which a block of rows goes as (W xᵀ)ᵀ (see ``matmul``)
 
 
@@ -105,7 +106,13 @@ class Weights:
         f32_bytes = int(np.prod(info.shape)) * 4
         if name in self._cache or self.cached_bytes + f32_bytes > self.budget_bytes:
             return None
-        wt = np.ascontiguousarray(self.gguf.dequantize(name).T)
+        # Dequantized and transposed a block of rows at a time into the kept array: no
+        # whole-matrix temporary (on the 0.5B each one was 2 GB more of fresh pages per load).
+        wt = np.empty((info.shape[1], info.shape[0]), dtype=np.float32)
+        for start in range(0, info.shape[0], TRANSPOSE_ROWS):
+            wt[:, start : start + TRANSPOSE_ROWS] = self.gguf.dequantize_rows(
+                name, start, start + TRANSPOSE_ROWS
+            ).T
         self._transposed[name] = wt
         self.cached_bytes += wt.nbytes
         return wt
