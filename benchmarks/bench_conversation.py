@@ -67,7 +67,7 @@ def main() -> None:
     last = turn.logits.copy()
     session.reset()
     t = time.perf_counter()
-    fresh = model.prefill(turn.increment.ids, last_only=True)[-1]
+    fresh = model.prefill(turn.increment.ids, outputs=[-1])[-1]
     fresh_seconds = time.perf_counter() - t
     summary = {
         "model": args.model,

@@ -7,9 +7,12 @@ from independent references (transformers, llama.cpp, tiktoken, CPython regex).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from impl.loaded import PerModel
 from impl.protocol import Engine, Messages, ModelRef
@@ -22,6 +25,17 @@ _tokenizers = PerModel(limit=4)  # each keeps its piece cache while it is cached
 _chat_templates = PerModel(limit=32)
 # Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive.
 _forward_models = PerModel(limit=1)
+# Every point of the last traced prompts (``_trace_all``): a trace walk asks one prompt several
+# times for other points and positions, and each is read here instead of a new forward pass.
+_traced = PerModel(limit=2)
+# The logits after each token sequence the decode loop asked for (``_Remembering``), newest last.
+_decoded: OrderedDict[tuple[Path, tuple[int, ...]], np.ndarray] = OrderedDict()
+#: How many such rows are kept: 78 MB of a 151,936-token vocabulary, the streams of four
+#: 32-token generations.
+DECODED_ROWS = 128
+#: The longest prompt whose every point is kept (its result_output is [T, n_vocab]: 39 MB
+#: at 64 tokens of a 151,936-token vocabulary); a longer one is traced per request.
+TRACE_ALL_TOKENS = 64
 
 
 def _gguf(path: Path) -> gguf.GGUFFile:
@@ -41,8 +55,11 @@ def _load_forward_model(path: Path) -> Any:
 
 
 def release_forward() -> None:
-    """Drop the loaded forward ``Model`` (its float32 weights); the next call loads it again."""
+    """Drop the loaded forward ``Model`` (its float32 weights) and the kept trace points;
+    the next call loads it again."""
     _forward_models.clear()
+    _traced.clear()
+    _decoded.clear()
 
 
 def check_points(points: Sequence[str], n_layer: int) -> None:
@@ -57,6 +74,49 @@ def check_points(points: Sequence[str], n_layer: int) -> None:
             raise Unsupported(str(exc)) from None
         if layer is not None and layer >= n_layer:
             raise Unsupported(f"trace point {point!r}: the model has {n_layer} layers")
+
+
+class _Remembering:
+    """The forward pass as the decode loop reads it (``prefill``: the prompt's last
+    logits; ``step``), remembering the logits after each token sequence: a case whose
+    prompt and tokens repeat an earlier case's (the same prompt, greedy, with another stop
+    string or fewer tokens) reads them instead of running the model. A sequence not seen
+    before is computed as it would be without the memory — the model is brought to it by
+    the same prefill of the prompt and the same steps — so an answer never depends on
+    which cases ran before it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seq: list[int] = []
+        self.n_prompt = 0
+        self.computed = -1  # how many tokens of ``seq`` the model's KV cache holds (-1: unrelated)
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        self.seq, self.n_prompt, self.computed = list(ids), len(ids), -1
+        return self._logits()[None]
+
+    def step(self, token: int) -> np.ndarray:
+        self.seq.append(int(token))
+        return self._logits()
+
+    def _logits(self) -> np.ndarray:
+        key = (self.path, tuple(self.seq))
+        if key in _decoded:
+            _decoded.move_to_end(key)
+            return np.array(_decoded[key])
+        forward = _forward_models.get(self.path, lambda: _load_forward_model(self.path))
+        if self.computed == len(self.seq) - 1 and self.computed >= self.n_prompt:
+            rows = [(len(self.seq), forward.step(self.seq[-1]))]
+        else:  # the prompt's prefill, then a step per token already chosen
+            forward.reset()
+            rows = [(self.n_prompt, forward.prefill(self.seq[: self.n_prompt], outputs=[-1])[0])]
+            rows += [(n + 1, forward.step(self.seq[n])) for n in range(self.n_prompt, len(self.seq))]
+        self.computed = len(self.seq)
+        for n, row in rows:
+            _decoded[(self.path, tuple(self.seq[:n]))] = row
+        while len(_decoded) > DECODED_ROWS:
+            _decoded.popitem(last=False)
+        return np.array(rows[-1][1])
 
 
 def _forward_model(path: Path) -> Any:
@@ -136,15 +196,26 @@ class OracleEngine(Engine):
         points: Sequence[str],
         positions: Sequence[int] | None = None,
     ) -> dict[str, Any]:
-        """The asked points of one forward pass over ``ids`` from an empty KV cache."""
-        from oracle.trace import Recorder
+        """The asked points of one forward pass over ``ids`` from an empty KV cache (a
+        short prompt's every point is kept: the next request for it reads them)."""
+        from oracle.trace import Recorder, all_points
 
         forward = _forward_model(model.gguf)
         check_points(points, forward.hparams.n_layer)
-        recorder = Recorder(points)
-        forward.prefill(ids, trace=recorder)
+        if len(ids) <= TRACE_ALL_TOKENS:
+
+            def trace_all() -> dict[str, Any]:
+                recorder = Recorder(all_points(forward.hparams.n_layer))
+                forward.prefill(ids, trace=recorder)
+                return recorder.values
+
+            values = _traced.get((model.gguf, tuple(ids)), trace_all)
+        else:
+            recorder = Recorder(points)
+            forward.prefill(ids, trace=recorder)
+            values = recorder.values
         rows = slice(None) if positions is None else list(positions)
-        return {point: recorder.values[point][rows] for point in points}
+        return {point: np.array(values[point][rows]) for point in points}
 
     # --- sampler stage (sample / generate) ------------------------------------------
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:
@@ -161,10 +232,10 @@ class OracleEngine(Engine):
         from oracle import decode_loop
         from oracle.dispatch import dispatch
 
-        forward, tokenizer = _forward_model(model.gguf), self._tokenizer(model)
+        tokenizer = self._tokenizer(model)
         special = dispatch(_gguf(model.gguf)).special
         return decode_loop.generate(
-            forward,
+            _Remembering(model.gguf),
             lambda token: tokenizer.decode_bytes([token]),
             ids,
             params,

@@ -84,6 +84,7 @@ class Model:
         self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, self.n_ctx)
         self.trace: Recorder = NO_TRACE
+        self.outputs: np.ndarray | None = None  # the positions ``prefill`` projects to logits (None: all)
 
     @classmethod
     def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: int | None) -> Model:
@@ -101,18 +102,23 @@ class Model:
         """Forget every position from ``n`` on (``KVCache.truncate``)."""
         self.cache.truncate(n)
 
-    def prefill(self, ids: Sequence[int], trace: Recorder = NO_TRACE, last_only: bool = False) -> np.ndarray:
-        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab]
-        (only the last position's, [1, n_vocab], with ``last_only``: a session's append
-        needs no more). ``trace`` is shown the named intermediates (``oracle.trace``)."""
+    def prefill(
+        self, ids: Sequence[int], trace: Recorder = NO_TRACE, outputs: Sequence[int] | None = None
+    ) -> np.ndarray:
+        """Process ``ids`` after the cached tokens; float32 logits [len(ids), n_vocab].
+        ``trace`` is shown the named intermediates (``oracle.trace``). With ``outputs``
+        (indices into ``ids``, negative from the end) only those positions are projected
+        to logits, [len(outputs), n_vocab] — a decode loop reads its prompt's last one;
+        every position still enters the KV cache."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         check_token_ids(ids, self.hparams.n_vocab)
         self.cache.check_room(ids.size)
         self.trace = trace
+        self.outputs = None if outputs is None else np.arange(ids.size)[np.asarray(outputs, dtype=np.int64)]
         try:
-            return self._forward(ids, last_only)
+            return self._forward(ids)
         finally:
-            self.trace = NO_TRACE
+            self.trace, self.outputs = NO_TRACE, None
 
     def step(self, token_id: int) -> np.ndarray:
         """Process one token after the cached ones; float32 logits [n_vocab]."""
@@ -120,7 +126,7 @@ class Model:
 
     # -- the network -------------------------------------------------------------
 
-    def _forward(self, ids: np.ndarray, last_only: bool = False) -> np.ndarray:
+    def _forward(self, ids: np.ndarray) -> np.ndarray:
         hp, w = self.hparams, self.weights
         positions = np.arange(self.n_past, self.n_past + ids.size)
         cos, sin = rope.rope_angles(positions, hp.head_dim, hp.rope_base)
@@ -132,11 +138,9 @@ class Model:
             x += self._ffn_block(i, x)
             self.trace(f"l_out-{i}", x)
         self.cache.advance(ids.size)
-        if last_only:
-            x = x[-1:]
         x = rms_norm(x, w.get("output_norm.weight"), hp.rms_eps)
         self.trace("result_norm", x)
-        logits = w.matmul(x, self.output_name)
+        logits = w.matmul(x if self.outputs is None else x[self.outputs], self.output_name)
         self.trace("result_output", logits)
         return logits
 

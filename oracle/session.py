@@ -63,7 +63,7 @@ class Session:
         ids = [int(i) for i in ids]
         if not ids:
             raise ValueError("append needs at least one token id")
-        logits = self.model.prefill(ids, last_only=True)
+        logits = self.model.prefill(ids, outputs=[-1])
         self.ids += ids
         self.evaluated += len(ids)
         self.logits = logits[-1]

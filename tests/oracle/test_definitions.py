@@ -5,16 +5,24 @@
 ``oracle.attention_blocked`` are what the pipeline runs. These properties hold the
 fast versions to the definitions: BPE exactly (the same symbols, on small random merge
 tables and on the real Qwen3 ranks), attention to float32 rounding (``ATTENTION_TOL``).
+The forward pass on weights kept transposed (``oracle.weights.Weights.matmul``) is held
+to its definition on weights dequantized on use, on the tiny models (``FORWARD_TOL``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracle import attention, attention_blocked, bpe, bpe_fast
 from oracle.byte_level import to_standin
+from oracle.forward import Model
+from oracle.trace import Recorder, all_points
+from specgate.plugin import model_missing
+from specgate.supply import models
+from specgate.supply.models import model_ref
 from specgate.upkeep.corpus import tokenizer_texts
 from tests.hypothesis_budget import examples
 from tests.oracle.test_tokenizer_properties import oracle, texts
@@ -95,3 +103,69 @@ def test_blocked_attention_equals_the_definition(n_new, n_past, heads, d):
     got = attention_blocked.attention(q, k, v, positions)
     assert got.dtype == want.dtype == np.float32
     assert np.abs(got - want).max() <= ATTENTION_TOL
+
+
+# -- the forward pass: kept transposed weights change only rounding ----------------------------
+
+# With its weights within the budget, the forward multiplies float32 matrices kept transposed,
+# [in, out] (``oracle.weights.Weights.matmul``); with a zero budget it dequantizes each matrix on
+# use and multiplies it as stored, [out, in] — the definition, x Wᵀ. BLAS blocks and sums the
+# two layouts in another order; on the tiny models (|logit| <= 17, activations O(1)) measured
+# max |Δ| 1.4e-5 on the logits and 1.1e-6 (relative to the point's largest value) on the trace
+# points of these tests. 1e-4 (the definition's own
+# split-vs-one-prefill bound, tests/oracle/test_forward.py SPLIT_TOL) hides nothing a wrong
+# weight, transposition or bias moves (|Δ| ~ 0.1 and up).
+FORWARD_TOL = 1e-4
+# Both architectures (qwen2: q/k/v biases; qwen3: QK-norm, head_dim != n_embd / n_head), a
+# tied model (its embedding rows read from the kept output matrix), float32 and quantized.
+FORWARD_MODELS = ["tiny-qwen2-f32", "tiny-qwen3-q4_k", "tiny-qwen2-tied-q6_k", "tiny-qwen3-f32"]
+
+
+def kept_and_streamed(model_id: str) -> tuple[Model, Model]:
+    if model_id not in models.cached_tiny_models():
+        model_missing(f"{model_id} (run: specgate models tiny)")
+    path = model_ref(model_id).gguf
+    return Model.from_gguf(path), Model.from_gguf(path, budget_bytes=0)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype == np.float32, what
+    assert np.abs(got - want).max() <= FORWARD_TOL * max(1.0, float(np.abs(want).max())), what
+
+
+@pytest.mark.parametrize("model_id", FORWARD_MODELS)
+def test_kept_weights_forward_equals_the_definition(model_id):
+    """A prompt longer than an attention block and past the 8 rows from which the output
+    projection changes its order, steps on the KV cache, a second prefill after them (it
+    reads every cached key and value); then every trace point of a fresh prompt."""
+    fast, plain = kept_and_streamed(model_id)
+    ids = [int(x) for x in np.random.default_rng(11).integers(0, 151_643, 70)]
+    assert_close(fast.prefill(ids), plain.prefill(ids), "prefill")
+    assert fast.weights.cached_bytes > 0 and plain.weights.cached_bytes == 0
+    token = 42
+    for n in range(3):
+        assert_close(fast.step(token), plain.step(token), f"step {n}")
+        token += 1000
+    assert_close(fast.prefill(ids[:5]), plain.prefill(ids[:5]), "prefill after steps")
+    assert fast.n_past == plain.n_past == 78
+    fast.reset()
+    plain.reset()
+    points = all_points(plain.hparams.n_layer)
+    got, want = Recorder(points), Recorder(points)
+    fast.prefill(ids[:20], trace=got)
+    plain.prefill(ids[:20], trace=want)
+    assert set(got.values) == set(points)
+    for point in points:
+        assert_close(got.values[point], want.values[point], point)
+
+
+@pytest.mark.parametrize("model_id", ["tiny-qwen2-f32", "tiny-qwen3-q4_k"])
+def test_outputs_are_the_asked_rows_of_all_logits(model_id):
+    model, _ = kept_and_streamed(model_id)
+    ids = [int(x) for x in np.random.default_rng(12).integers(0, 151_643, 30)]
+    want = model.prefill(ids)
+    step = model.step(7)
+    model.reset()
+    assert_close(model.prefill(ids, outputs=[0, 17, -1]), want[[0, 17, -1]], "outputs")
+    assert model.n_past == 30  # every position still entered the KV cache
+    assert_close(model.step(7), step, "the step after")

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oracle.gguf import GGUFError, open_gguf
+from oracle.gguf import DEQUANTIZE_ROW_ELEMENTS, GGUFError, open_gguf
 from specgate.supply.models import load_manifest
+from specgate.supply.tiny_specs import TYPES as TINY_TYPES
 from tests.ggufs import real_header_sample, write_gguf
 
 MANIFEST = load_manifest()
@@ -96,6 +97,43 @@ def test_dequantize_matches_gguf_py_on_every_tensor_type(gguf_py, model_id="qwen
     for ggml_type, t in seen.items():
         ref = gguf.dequantize(t.data, t.tensor_type).reshape(tuple(int(d) for d in reversed(t.shape)))
         np.testing.assert_array_equal(ours.dequantize(t.name), ref, err_msg=f"{t.name} (type {ggml_type})")
+
+
+@pytest.mark.parametrize("kind", TINY_TYPES)
+def test_dequantize_in_long_rows_equals_gguf_py_row_by_row(kind):
+    """``oracle.gguf.dequantize`` hands gguf-py the blocks as long rows (``dequantize_blocks``):
+    bit for bit what gguf-py gives for the tensor's own rows — checked at its first rows, the
+    rows around the end of the last whole long row, and its last rows."""
+    from gguf import quants
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from specgate.plugin import model_missing
+    from specgate.supply import models
+
+    model_id = f"tiny-qwen3-{kind}"
+    if model_id not in models.cached_tiny_models():
+        model_missing(f"{model_id} (run: specgate models tiny)")
+    g = open_gguf(models.model_ref(model_id).gguf)
+    info = g.tensors["output.weight"]  # 151,936 x 64: many long rows and a rest
+    ours = g.dequantize("output.weight")
+    n_rows, qtype = info.shape[0], GGMLQuantizationType(info.ggml_type)
+    raw = g.tensor_bytes("output.weight").reshape(n_rows, -1)
+    if qtype != GGMLQuantizationType.F32:
+        block_size = GGML_QUANT_SIZES[qtype][0]
+        per_row = max(1, DEQUANTIZE_ROW_ELEMENTS // block_size)
+        whole_rows = (
+            (info.nbytes // GGML_QUANT_SIZES[qtype][1]) // per_row * per_row * block_size // info.shape[1]
+        )
+        assert 0 < whole_rows < n_rows  # both paths are taken
+    else:
+        whole_rows = n_rows // 2
+    for rows in (slice(0, 40), slice(whole_rows - 20, whole_rows + 20), slice(n_rows - 40, n_rows)):
+        want = (
+            raw[rows].view(np.float32)
+            if qtype == GGMLQuantizationType.F32
+            else quants.dequantize(raw[rows], qtype)
+        )
+        np.testing.assert_array_equal(ours[rows], want, err_msg=f"{model_id} rows {rows}")
 
 
 def test_metadata_load_time_within_2x_of_llama_cpp(record_property):
