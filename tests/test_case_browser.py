@@ -64,6 +64,7 @@ def test_every_case_has_its_own_anchor() -> None:
     assert len(set(anchors)) == len(nodeids), anchors
 
 
+@pytest.mark.slow  # a real chromium: the live session installs it (noxfile.ensure_chromium)
 def test_the_case_browser_in_a_real_browser(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     binary = chromium(request.config)
     if MODEL not in model_cache.cached_models():

@@ -60,7 +60,7 @@ CASES = {
     "stage without cases for the model": (
         ["--stages", "logits", "--models", VOCAB],
         {},
-        "no selected gate case covers it (its snapshots: decode, encode",
+        "no selected gate case covers it (its snapshots: conversation, decode, encode",
     ),
 }
 

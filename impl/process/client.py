@@ -346,7 +346,7 @@ class CmdEngine(_Requesting):
             said = bounds.cut(str(err.get("message", err)), bounds.BOUNDS.message_chars)
             if err.get("type") == "unsupported":
                 # What the engine said, as every adapter's refusal: the caller names the engine
-                # and the input refused (``specgate.run.gate.call``), once.
+                # and the input refused (``specgate.outcomes.gate.call``), once.
                 raise Unsupported(said)
             kind = bounds.cut(str(err.get("type", "engine")), 80)
             raise EngineError(f"{self.label}: {op}: {kind} error: {said}")

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import types
 from typing import Any
 
 import pytest
 
 
 def make_atomic(config: pytest.Config) -> None:
-    """Swap the run's ``LogXML`` plugin (when ``--junitxml``/``--parity-junit`` made one)
-    for one whose ``pytest_sessionfinish`` writes atomically."""
+    """Give the run's ``LogXML`` plugin (when ``--junitxml``/``--parity-junit`` made one)
+    a ``pytest_sessionfinish`` that writes atomically: an attribute of that one object,
+    re-registered so pluggy calls it (its class stays pytest's own)."""
     from _pytest import junitxml
 
     xml = config.stash.get(junitxml.xml_key, None)
     if xml is None or hasattr(xml, "write_error"):
         return
-    base = type(xml)
+    write = type(xml).pytest_sessionfinish
 
     def pytest_sessionfinish(self: Any) -> None:
         final = self.logfile
@@ -31,7 +33,7 @@ def make_atomic(config: pytest.Config) -> None:
         )
         self.logfile = tmp
         try:
-            base.pytest_sessionfinish(self)
+            write(self)
             os.replace(tmp, final)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -41,7 +43,7 @@ def make_atomic(config: pytest.Config) -> None:
             self.logfile = final
 
     config.pluginmanager.unregister(xml)
-    xml.__class__ = type("AtomicLogXML", (base,), {"pytest_sessionfinish": pytest_sessionfinish})
+    xml.pytest_sessionfinish = types.MethodType(pytest_sessionfinish, xml)
     xml.write_error = ""
     config.pluginmanager.register(xml)
 

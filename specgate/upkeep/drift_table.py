@@ -103,13 +103,14 @@ def oracle_renders(model_id: str, conversation: dict[str, Any]) -> list[dict[str
 # the reference (transformers)
 
 
-def hf_renders(hf_tokenizer: Any, conversation: dict[str, Any]) -> dict[str, Any]:
-    """The reference's renders of every turn, or the template's refusal."""
+def hf_renders(render_one: Callable[[list, bool, dict], str], conversation: dict[str, Any]) -> dict[str, Any]:
+    """The reference's renders of every turn (``render_one(messages, add_generation_prompt,
+    kwargs)`` through transformers' ``apply_chat_template``), or the template's refusal."""
     from impl.hf import render as hf_render
     from impl.protocol import Unsupported
 
     try:
-        return {"turns": renders_by(lambda m, g, k: hf_render.render(hf_tokenizer, m, g, **k), conversation)}
+        return {"turns": renders_by(render_one, conversation)}
     except Unsupported as exc:
         return {"error": hf_render.template_error(exc)}
 
@@ -121,10 +122,19 @@ def hf_tokenizer_of(model: ModelRef) -> Any:
     return hf_render.load(model, lambda: hf_tok.from_gguf(model))
 
 
-def reference_cases(model: ModelRef) -> dict[str, Any]:
-    tok = hf_tokenizer_of(model)
+def reference_cases(model: ModelRef, hf: Any = None) -> dict[str, Any]:
+    """Every multi-turn conversation's reference renders: through ``hf`` (a live ``hf``
+    reference adapter, whose loaded tokenizer a test session shares) when given, else
+    through a transformers tokenizer built here from the GGUF (~20 s a model)."""
+    if hf is not None:
+        render_one = lambda m, g, k: hf.render(model, m, g, **k)  # noqa: E731
+    else:
+        from impl.hf import render as hf_render
+
+        tok = hf_tokenizer_of(model)
+        render_one = lambda m, g, k: hf_render.render(tok, m, g, **k)  # noqa: E731
     return {
-        cid: {"conversation": c, **hf_renders(tok, c)} for cid, c in corpus.multi_turn_conversations().items()
+        cid: {"conversation": c, **hf_renders(render_one, c)} for cid, c in corpus.multi_turn_conversations().items()
     }
 
 

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from specgate.run.verdict import GateRecord
+from specgate.outcomes.verdict import GateRecord
 
 from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
 from specgate.reports import parity_report as reports

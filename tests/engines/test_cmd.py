@@ -274,7 +274,7 @@ def test_each_layer_says_its_part_of_a_message_once(toy) -> None:
     """Issue 35: "engine reported engine: cmd:…: decode: …" and "cmd refuses this encode
     input: cmd:…" said the engine twice. The client names the engine and the op, the gate
     the refusal: each once."""
-    from specgate.run.gate import Refused, call
+    from specgate.outcomes.gate import Refused, call
 
     engine = toy()
     with pytest.raises(Refused) as refused:
@@ -302,7 +302,7 @@ for line in sys.stdin:
 
 
 def test_the_models_a_handshake_lists_are_the_only_ones_asked_about(tmp_path: Path) -> None:
-    from specgate.run.gate import call
+    from specgate.outcomes.gate import call
 
     script = tmp_path / "one_model.py"
     script.write_text(ONE_MODEL_ENGINE % ("cd" * 32), encoding="utf-8")

@@ -6,6 +6,7 @@ exits at once, 130, one line, no traceback and no report)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -50,7 +51,13 @@ def start(report_dir: Path, *extra: str, **env: str) -> tuple[subprocess.Popen[s
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+
+    def read() -> None:
+        with contextlib.suppress(ValueError):  # the test closed the pipe (communicate) first
+            for line in proc.stdout:
+                lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
     return proc, lines
 
 
