@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from specgate.outcomes.verdict import GateRecord
-
 from specgate.diagnose.diagnoser import DIAGNOSABLE_ROWS, Diagnoser
+from specgate.outcomes.verdict import GateRecord
 from specgate.reports import parity_report as reports
 from specgate.run import triage
 
