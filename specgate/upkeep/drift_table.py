@@ -134,7 +134,8 @@ def reference_cases(model: ModelRef, hf: Any = None) -> dict[str, Any]:
         tok = hf_tokenizer_of(model)
         render_one = lambda m, g, k: hf_render.render(tok, m, g, **k)  # noqa: E731
     return {
-        cid: {"conversation": c, **hf_renders(render_one, c)} for cid, c in corpus.multi_turn_conversations().items()
+        cid: {"conversation": c, **hf_renders(render_one, c)}
+        for cid, c in corpus.multi_turn_conversations().items()
     }
 
 

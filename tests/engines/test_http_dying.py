@@ -54,7 +54,9 @@ def test_a_server_that_crashes_is_cut_short_not_blamed_case_by_case(tmp_path: Pa
     assert not [c for c in cases if "Connection refused" in c["message"] and c not in gone + not_asked]
     # Every request timed out before the engine answered anything about the model: the
     # model is cut after its first deaths (a model it cannot serve), else the row's streak.
-    assert "crash loop cut short" in run.output or "requests about this model" in run.output, run.output[-3000:]
+    assert "crash loop cut short" in run.output or "requests about this model" in run.output, run.output[
+        -3000:
+    ]
 
 
 class Trickling(JsonHandler):
@@ -97,4 +99,6 @@ def test_a_server_that_trickles_every_answer_is_cut_short(tmp_path: Path) -> Non
     assert len(not_asked) >= len(cases) - DEATHS_TO_CUT - 1 > 0, [c["message"][:120] for c in cases]
     # Every request timed out before the engine answered anything about the model: the
     # model is cut after its first deaths (a model it cannot serve), else the row's streak.
-    assert "crash loop cut short" in run.output or "requests about this model" in run.output, run.output[-3000:]
+    assert "crash loop cut short" in run.output or "requests about this model" in run.output, run.output[
+        -3000:
+    ]

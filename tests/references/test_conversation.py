@@ -14,7 +14,9 @@ from specgate.upkeep import corpus, drift_table, snapshots
 
 pytestmark = [
     pytest.mark.live,
-    pytest.mark.applies_to.with_args(lambda model_id, _model_of: model_id in corpus.TEMPLATE_MODELS, models=True),
+    pytest.mark.applies_to.with_args(
+        lambda model_id, _model_of: model_id in corpus.TEMPLATE_MODELS, models=True
+    ),
 ]
 
 
@@ -22,7 +24,9 @@ def test_transformers_still_renders_every_turn_as_recorded(reference, model, mod
     stored = snapshots.load(model, drift_table.STAGE)
     live = drift_table.reference_cases(model, reference("hf"))
     assert sorted(stored) == sorted(live), "re-record: python -m specgate.upkeep.drift_table --record"
-    assert any("turns" in case for case in live.values()), f"{model_id}: transformers rendered no conversation"
+    assert any("turns" in case for case in live.values()), (
+        f"{model_id}: transformers rendered no conversation"
+    )
     for cid, case in live.items():
         problem = snapshots.exact(cid, stored[cid], case)
         assert problem is None, f"{model_id} {cid}: {problem}"
