@@ -1,5 +1,5 @@
 """The ``specgate`` command's usage errors, as the user sees them — exit status and the
-whole of stderr — kept as syrupy snapshots (``tests/__snapshots__/test_cli_messages.ambr``):
+whole of stderr — kept as syrupy snapshots (``tests/cli/__snapshots__/test_cli_messages.ambr``):
 a reworded message, a changed exit status or a traceback shows as a diff to review
 (``pytest --snapshot-update`` accepts it). Each case is a real ``python -m specgate.cli``
 process in an empty folder (relative paths, so no machine path reaches a message), with a
@@ -20,7 +20,7 @@ import pytest
 
 from specgate.upkeep.snapshots import old_record_spelling
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CASES = {
     "no command": ([], {}),
@@ -77,7 +77,10 @@ def test_snapshot_update_is_syrupys_where_the_run_has_layout_snapshots() -> None
     recorders = ROOT / "tests" / "references"
     assert old_record_spelling([ROOT / "tests"], recorders, syrupy_loaded=True) == ""
     assert (
-        old_record_spelling([recorders, ROOT / "tests" / "test_lock.py"], recorders, syrupy_loaded=True) == ""
+        old_record_spelling(
+            [recorders, ROOT / "tests" / "upkeep" / "test_lock.py"], recorders, syrupy_loaded=True
+        )
+        == ""
     )
     assert old_record_spelling([recorders / "test_render.py"], recorders, syrupy_loaded=True)
     assert pytest_run("tests/references/test_metadata.py", "--record-references").returncode == 0

@@ -21,7 +21,7 @@ from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from tests.light_install import LightInstall
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
 SELECTION = ["--stages", "encode", "--models", VOCAB]
 

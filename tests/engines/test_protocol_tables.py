@@ -1,7 +1,7 @@
 """PROTOCOL.md's tables — the op table and the keys of the object results, which
 ``python -m impl.process.schema --write PROTOCOL.md`` generates from ``protocol/*.schema.json``
 between their ``<!-- schema:NAME -->`` markers — kept as syrupy snapshots, one Markdown
-file per table (``tests/__snapshots__/test_protocol_tables/``): a schema change that
+file per table (``tests/engines/__snapshots__/test_protocol_tables/``): a schema change that
 reshapes what an engine author reads shows as a diff to review (``pytest
 --snapshot-update`` accepts it; ``tests/engines/test_protocol_schemas.py`` keeps the
 document equal to what the schemas generate)."""
@@ -15,7 +15,7 @@ import pytest
 from impl.process import schema
 from tests.text_snapshots import MarkdownFile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLES = ["ops", "sample", "generate"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from impl import envvars
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BAD = {"x", "-3", "0", "1e999", ""}
 
 

@@ -21,7 +21,7 @@ from specgate import cli
 from specgate.outcomes.verdict import GateRecord
 from specgate.reports import parity_report as report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / "docs" / "github-actions" / "specgate-parity.yml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SKIP_DIRS = {".git", ".nox", ".tox", "node_modules", "reports", ".venv", "build", "dist"}
 GENERATED = ("reports/", ".nox/", ".tox/", "node_modules/")
 TOKEN = re.compile(r"`([^`\s]+)`|\]\(([^)\s#]+)(?:#[^)]*)?\)")

@@ -16,7 +16,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPECGATE = ROOT / "specgate"
 #: One role wherever they stand.
 SAME_ROLE = {"__init__", "__main__", "cli"}

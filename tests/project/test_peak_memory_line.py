@@ -10,7 +10,7 @@ from pathlib import Path
 
 from impl.process import lifeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHILD_BYTES = 400_000_000
 
 TEST = f"""

@@ -12,7 +12,7 @@ import pytest
 
 from specgate.upkeep import corpus, snapshots
 
-GATES = sorted((Path(__file__).parents[1] / "specgate" / "gates").glob("test_*.py"))
+GATES = sorted((Path(__file__).parents[2] / "specgate" / "gates").glob("test_*.py"))
 assert GATES, "the gate modules are specgate/gates/test_*.py"
 SNAPSHOT_FILES = sorted(snapshots.SNAPSHOT_ROOT.glob("*/*.json"))
 

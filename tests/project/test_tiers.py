@@ -13,7 +13,7 @@ import pytest
 
 from impl.process import lifeline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tier_expressions() -> tuple[str, str]:

@@ -18,9 +18,9 @@ from specgate.reports import html as report_html
 from specgate.supply import models as model_cache
 from tests.case_browser_page import case_browser
 from tests.engines.parity_run import run_parity, script_impl
-from tests.test_report_html import chromium
+from tests.reports.test_report_html import chromium
 
-ENGINE = Path(__file__).resolve().parent / "engines" / "browser_engine.py"
+ENGINE = Path(__file__).resolve().parents[1] / "engines" / "browser_engine.py"
 MODEL = "qwen3-vocab"
 
 

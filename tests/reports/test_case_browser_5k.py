@@ -18,9 +18,9 @@ from specgate.reports import html as report_html
 from specgate.supply import models as model_cache
 from tests.case_browser_page import case_browser
 from tests.engines.parity_run import run_parity, script_impl
-from tests.test_report_html import chromium
+from tests.reports.test_report_html import chromium
 
-ENGINES = Path(__file__).resolve().parent / "engines"
+ENGINES = Path(__file__).resolve().parents[1] / "engines"
 MODELS = ("qwen3-vocab", "qwen3.6-vocab", "qwen2.5-coder-0.5b-instruct", "deepseek-r1-distill-qwen-7b-vocab")
 RUNS = {  # name -> (engine script and its arguments)
     "browser": (ENGINES / "browser_engine.py",),

@@ -26,7 +26,7 @@ from specgate.run import triage
 from specgate.supply import models as model_cache
 
 MODEL = "qwen3-vocab"
-MUTANT = Path(__file__).resolve().parent / "engines" / "mutants" / "tokenizer_no_lookahead.py"
+MUTANT = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "tokenizer_no_lookahead.py"
 
 
 def need_model() -> None:

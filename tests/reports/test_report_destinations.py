@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_report_files import one_line, report, specgate, write
+from tests.reports.test_report_files import one_line, report, specgate, write
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "qwen3-vocab"
 RUN = [sys.executable, "-m", "specgate", "parity", "-q", "-p", "no:cacheprovider", "--impl", "oracle"]
 

@@ -19,7 +19,7 @@ import pytest
 from specgate.reports import diff as report_diff
 from tests.engines.parity_run import run_parity, script_impl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "tests" / "engines" / "fixable_tokenizer.py"
 MODEL = "qwen3-vocab"
 BAD = {"fail", "error"}

@@ -27,7 +27,7 @@ import pytest
 from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 from tests.engines.test_inert_everywhere import RAW_CONTROLS, assert_markdown_inert
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PEAK_RSS = ROOT / "tests" / "engines" / "peak_rss.py"
 GB = 1 << 30
 TIMEOUT = 120  # a command that hangs on a FIFO fails here instead of hanging the suite

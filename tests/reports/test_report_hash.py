@@ -14,7 +14,7 @@ import pytest
 from tests.cdp import Chromium
 from tests.engines.parity_run import run_parity
 from tests.engines.test_hostile_answers import VOCAB_MODEL, hostile, ref
-from tests.test_report_html import chromium
+from tests.reports.test_report_html import chromium
 
 MARKUP = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
 

@@ -25,7 +25,7 @@ from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
-MUTANT = Path(__file__).resolve().parent / "engines" / "mutants" / "template_swallow_chatml.py"
+MUTANT = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "template_swallow_chatml.py"
 MODEL = "qwen3-vocab"
 
 

@@ -1,5 +1,5 @@
 """The parity report's layout — its Markdown, JSON and HTML — kept as syrupy snapshots
-(``tests/__snapshots__/test_report_layout/`` and ``test_report_layout.ambr``), written from a fixed set of gate records so
+(``tests/reports/__snapshots__/test_report_layout/`` and ``test_report_layout.ambr``), written from a fixed set of gate records so
 that a change to any heading, table, field or the page shows as a diff to review (and
 ``pytest --snapshot-update`` to accept). What differs run to run is fixed, not masked:
 the provenance (engine, specgate version and commit, lock sha256, Python, platform, date,

@@ -11,7 +11,7 @@ from pathlib import Path
 from specgate.plugin import GateRecord, SpecgateSession
 from specgate.reports.parity_report import report_stem, write_reports
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Pairs the old names (the impl string's characters folded, cut at its last dot by
 # ``with_suffix``) gave one file: two scripts, two servers on other ports.
@@ -50,7 +50,7 @@ def test_the_junit_xml_takes_the_same_stem(tmp_path: Path):
             sys.executable,
             "-m",
             "pytest",
-            "tests/test_verdict_rules.py",
+            "tests/outcomes/test_verdict_rules.py",
             "-q",
             "-p",
             "no:cacheprovider",
@@ -84,7 +84,7 @@ def test_a_report_name_replaces_the_port_in_every_file_name(tmp_path: Path):
     assert all("8080" not in p.name for p in written)
     assert impl in next(p for p in written if p.suffix == ".md").read_text(encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/test_verdict_rules.py", "-q", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "tests/outcomes/test_verdict_rules.py", "-q", "-p", "no:cacheprovider",
          "-k", "first_difference", "--impl", "oracle", "--report-name", "named", "--parity-junit",
          "--report-dir", str(tmp_path / "run")],
         cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -13,7 +13,7 @@ from impl.process import lifeline
 from specgate.supply import models, tiny_specs
 from specgate.upkeep import corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLER_MODELS = (
     "qwen2.5-coder-0.5b-instruct",
     "tiny-qwen2-f32",

@@ -19,7 +19,7 @@ from specgate.run.divergence_site import site
 from specgate.supply import models as model_cache
 from tests.engines.parity_run import run_parity, script_impl
 
-ENGINES = Path(__file__).resolve().parent / "engines"
+ENGINES = Path(__file__).resolve().parents[1] / "engines"
 MODEL = "qwen3-vocab"
 
 

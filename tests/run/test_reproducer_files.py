@@ -20,7 +20,7 @@ from specgate.run import reproducer
 from specgate.safe_io import files
 from specgate.supply import models as model_cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
 TIMEOUT = 120  # a replay that does not end is a failure, not a hung suite
 

@@ -21,7 +21,7 @@ from specgate.supply import models as model_cache
 from specgate.supply import tiny_specs
 from specgate.upkeep import snapshots
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def gate_run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:

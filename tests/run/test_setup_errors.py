@@ -23,7 +23,7 @@ from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
 STALE_SHA = "0" * 64
 

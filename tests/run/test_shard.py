@@ -22,7 +22,7 @@ from specgate.plugin import model_missing
 from specgate.reports.parity_report import report_stem
 from specgate.run import shard
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
 
 

@@ -4,7 +4,7 @@ same inputs — never the repository's ``snapshots/`` read again by the model's 
 
 A vocabulary model's file is copied to where a user's own file lives (``my-model.gguf``)
 and its committed split snapshot to ``DIR/my-model/`` (recorded from exactly these bytes,
-so it gates the copy; see ``tests/test_own_gguf.py``). The engine is the case browser's
+so it gates the copy; see ``tests/upkeep/test_own_gguf.py``). The engine is the case browser's
 planted one (``tests/engines/browser_engine.py``: split fails on whitespace runs), so the
 run has failing cases to triage as well as passing ones.
 """
@@ -26,8 +26,8 @@ from specgate.supply import models as model_cache
 from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 from tests.engines.parity_run import run_parity, script_impl
 
-ROOT = Path(__file__).resolve().parents[1]
-ENGINE = Path(__file__).resolve().parent / "engines" / "browser_engine.py"
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = Path(__file__).resolve().parents[1] / "engines" / "browser_engine.py"
 SOURCE = "qwen3-vocab"
 KEEP = 24  # the snapshot's cases kept in DIR: a run of seconds
 PLAIN = re.compile(r"[ -\[\]-~]+")  # printable ASCII without a backslash: shown exactly as it is

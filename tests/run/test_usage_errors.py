@@ -15,7 +15,7 @@ import pytest
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
 
 

@@ -26,7 +26,7 @@ from specgate.supply.fetch import fetch
 from specgate.supply.models import ModelEntry, ModelError, Source
 from specgate.upkeep import snapshots
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = "tiny-qwen2-f32"
 TIMEOUT = 120  # a run that hangs fails here instead of hanging the suite
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.engines.parity_run import run_parity, script_impl
 
-ENGINE = Path(__file__).parent / "engines" / "holes" / "half_surrogates.py"
+ENGINE = Path(__file__).parents[1] / "engines" / "holes" / "half_surrogates.py"
 
 
 def test_a_run_with_lone_surrogates_in_answers_writes_its_reports(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from specgate.search.searchable import QUANTIZED_GENERATE, QUANTIZED_LOGITS, SEA
 from specgate.upkeep import corpus, snapshots
 from tests.gate_request import gate_request
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class OwnTemplatesOnly(Engine):

@@ -24,7 +24,7 @@ from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from specgate.supply import tiny
 from specgate.supply.models import ModelError, load_manifest
-from tests.test_models import HF_TOKENIZER_WHEEL, _pip_without_index
+from tests.supply.test_models import HF_TOKENIZER_WHEEL, _pip_without_index
 
 MODEL = "qwen3-vocab"
 ENTRY = load_manifest()[MODEL]

@@ -29,7 +29,7 @@ from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from specgate.upkeep.snapshots import SNAPSHOT_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = "tiny-qwen2-f32"
 ROPE_KEY = "qwen2.rope.freq_base"
 GGUF_FLOAT32 = 6  # GGUF metadata value type id of a float32
