@@ -125,7 +125,7 @@ class Engine:
         keep the first ``n`` tokens, drop the KV of the rest: ``n``.
     session_close(session) -> None
 
-    The session ops are the one state an engine keeps between requests (the ``state-*``
+    The session ops are the one state an engine keeps between requests (the ``state_*``
     stages gate it); unlike the others they raise ``Unsupported`` when not overridden.
     """
 
