@@ -131,6 +131,8 @@ class ToyEngine(Engine):
         held += ids
         row = np.zeros(8, dtype=np.float32)
         row[:2] = len(held), held[-1]
+        if held[-1] == 5:  # a broken row: the client must not pass it on
+            row[2] = np.nan
         return {"n_past": len(held), "logits": row}
 
     def session_truncate(self, session: str, n: int) -> int:

@@ -344,3 +344,6 @@ def test_session_ops_travel_the_wire_with_the_session_s_model_sizing_the_answer(
         with pytest.raises(EngineError, match="KeyError"):
             engine.session_append(sid, [1])
         assert engine.starts == 1
+        if top_k == 0:  # a NaN in the row is a broken answer (the top-k form cannot carry one)
+            with pytest.raises(EngineError, match=r"logits\[0\]\[2\] is .*nan.*must be finite"):
+                engine.session_append(engine.session_open(MODEL), [5])
