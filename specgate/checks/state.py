@@ -140,7 +140,8 @@ def dropped(turn: dict[str, Any]) -> str:
         if stale["offset"] is not None
         else f"a seam at token {stale['token']}: the same text, other tokens"
     )
-    return f"{stale['dropped']} KV tokens of the past render that the new render replaces ({where})"
+    n = stale["dropped"]
+    return f"{n} KV token{'s' * (n != 1)} of the past render that the new render replaces ({where})"
 
 
 def judge_conversation(
