@@ -9,6 +9,7 @@ the diagnosis catalogue.
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 
@@ -73,6 +74,12 @@ DEFECTS = {
     "digits3": lambda: replace_arm(pretokenize.digit, digits_up_to(3)),
     "digits2": lambda: replace_arm(pretokenize.digit, digits_up_to(2)),  # a look-alike of digits3
     "specials_in_plain": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, True)),
+    # in plain mode a control token's text cut out as its own segment (each part tokenized alone)
+    "specials_cut": lambda: wrap_encode(
+        lambda self, m, text, ps, enc: enc(self, m, text, ps)
+        if ps
+        else [i for part in re.split(r"(<\|[^|<>\s]*\|>)", text) if part for i in enc(self, m, part, ps)]
+    ),
     "specials_ignored": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, False)),
     "bos": lambda: wrap_encode(
         lambda self, m, text, ps, enc: [special_ids(self, m).bos, *enc(self, m, text, ps)]
