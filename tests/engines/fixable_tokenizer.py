@@ -17,6 +17,7 @@ from planted_defects import serve_with_defects  # the sibling module (this scrip
 
 from impl.oracle import OracleEngine
 from oracle import pretokenize
+from oracle.byte_level import to_standin
 from oracle.tokenizer import Tokenizer
 
 
@@ -67,9 +68,21 @@ def pieces(self, ids, decode, keep):
     return b"".join(decode(self, [i]) for i in ids if 0 <= i < len(self.tokens) and keep(self, i))
 
 
+def nel_as_byte(self, model, text, ps, enc):
+    byte = self._tokenizer(model).vocab[to_standin(b"\x85")]
+    head, *rest = text.split("\x85")
+    ids = enc(self, model, head, ps) if head else []
+    for part in rest:
+        ids += [byte, *(enc(self, model, part, ps) if part else [])]
+    return ids
+
+
 DEFECTS = {
     "nfc": lambda: normalizing("NFC"),
     "nfkc": lambda: normalizing("NFKC"),
+    # a rare one: U+0085 (NEXT LINE) encoded as the byte 0x85's token (its code point taken for a
+    # byte), not as its UTF-8 bytes C2 85 — planted with nfc it is the search's masked second bug
+    "nel_byte": lambda: wrap_encode(nel_as_byte),
     "lookahead": lambda: replace_arm(pretokenize.trailing_space, None),
     "digits3": lambda: replace_arm(pretokenize.digit, digits_up_to(3)),
     "digits2": lambda: replace_arm(pretokenize.digit, digits_up_to(2)),  # a look-alike of digits3
