@@ -2,11 +2,11 @@
 (``specgate search --given``, ``specgate.search.given``) makes the search's reference the
 oracle with that deviation, so a frequent bug no longer masks a rare one.
 
-The planted pair: ``tests/engines/fixable_tokenizer.py --defects=nfc,nel_byte`` normalizes
-every text to NFC (frequent: combining marks, compatibility characters) and, rarely,
-encodes U+0085 after a space as the byte 0x85's token. Both give the one encode signature
-"ids differ", whose variants the search caps: without ``--given`` the rare bug is not
-reported; given ``nfc`` it is, confirmed by the references."""
+The planted pair: ``tests/engines/fixable_tokenizer.py --defects=nfkc,nel_byte`` normalizes
+every text to NFKC (frequent: superscripts, fractions, fullwidth forms, thin spaces …) and,
+rarely, encodes U+0085 after a space as the byte 0x85's token. Both give the one encode
+signature "ids differ", whose variants the search caps: without ``--given`` the rare bug
+is not reported; given ``nfkc`` it is, confirmed by the references."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from specgate.supply import models as model_cache
 from tests.search.test_search import BUDGET, Ticks, require
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
-PAIR = f"cmd:{sys.executable} {ENGINE} --defects=nfc,nel_byte"
+PAIR = f"cmd:{sys.executable} {ENGINE} --defects=nfkc,nel_byte"
 
 
 def test_a_given_deviation_is_the_oracle_with_its_knob() -> None:
@@ -81,21 +81,23 @@ def _rare(finding) -> bool:
 
 @pytest.mark.slow
 def test_the_planted_pair_rare_bug_is_found_given_the_frequent_one(tmp_path: Path) -> None:
-    """Same seed, same budget (``BUDGET`` clock readings: ~1,500 encode examples; the default
-    ``--budget`` of 600 s runs more on a busy 2-core machine — measured by hand, see the
-    issue's note): without ``--given`` every finding is an NFC variant; given ``nfc``,
-    the rare bug is reported, minimized, confirmed by the references, and nothing NFC
-    explains is."""
+    """Same seed, same budget (``BUDGET`` clock readings: ~1,500 encode examples, about what
+    the default ``--budget`` of 600 s gives the encode stage among the six default stages
+    on a busy 2-core machine: 1,587 measured): without ``--given`` every finding is an
+    NFKC variant; given ``nfkc``, the rare bug is reported, minimized, confirmed by the
+    references, and nothing NFKC explains is."""
     require("qwen3-vocab")
     masked = _pair_search(tmp_path, [])
     assert masked and not any(_rare(f) for f in masked), [f.input for f in masked]
-    found = _pair_search(tmp_path, ["nfc"])
+    found = _pair_search(tmp_path, ["nfkc"])
     rare = [f for f in found if _rare(f)]
     assert rare, [f.input for f in found]
     assert all(f.confirmation.verdict == confirm.ENGINE_DIVERGENCE for f in rare), [
         f.confirmation.as_dict() for f in rare
     ]
     assert min(len(f.input["text"]) for f in rare) == 2  # minimized to " \x85"
-    assert all(unicodedata.normalize("NFC", f.input["text"]) == f.input["text"] for f in found), [
-        f.input for f in found
-    ]
+    assert all(
+        unicodedata.normalize("NFKC", f.input["text"]) == f.input["text"]
+        for f in found
+        if f.candidate.outcome == "fail"
+    ), [f.input for f in found]
