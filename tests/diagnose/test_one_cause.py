@@ -230,3 +230,31 @@ def test_the_cause_of_a_line_drops_the_case_but_keeps_the_step(tok: Tokenizer) -
     assert (
         cause_of("not localized: every step of the pipeline agrees with the engine's ids on this case") == ""
     )
+
+
+@pytest.mark.slow
+def test_a_planted_engine_one_cause_on_two_stages_and_two_models_is_one_group(tmp_path) -> None:
+    """``fixable_tokenizer.py --defects=nfc`` gated on split and encode of two vocabularies:
+    one group (before: one per stage), headed by the cause, listing both stages; with a
+    second planted cause (``lookahead``), two groups."""
+    from pathlib import Path
+
+    from tests.engines.parity_run import run_parity, script_impl
+
+    other = "deepseek-r1-distill-qwen-7b-vocab"
+    if other not in model_cache.cached_models():
+        model_missing(f"{other}; run: specgate models fetch {other}")
+    engine = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
+    for defects, causes in (("nfc", 1), ("nfc,lookahead", 2)):
+        run = run_parity(
+            tmp_path / defects, script_impl(engine, f"--defects={defects}"), "split,encode", f"{MODEL},{other}",
+            "--shrink-budget", "0", "-p", "no:xdist",
+        )  # fmt: skip
+        assert run.status == 1, run.output[-3000:]
+        failing = [g for g in run.report["groups"] if g["outcome"] == "fail"]
+        assert len(failing) == causes, [(g["signature"], g["localized"]) for g in failing]
+        nfc = next(g for g in failing if "NFC" in g["diagnosis"])
+        assert nfc["stages"] == ["encode", "split"] and nfc["models"] == sorted([MODEL, other]), nfc
+        assert len(nfc["shows_in"]) >= 2 and nfc["count"] == sum(s["count"] for s in nfc["shows_in"])
+        md = next((tmp_path / defects / "reports").glob("parity-*.md")).read_text("utf-8")
+        assert md.count("**One cause, shown in:**") >= 1
