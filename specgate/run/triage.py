@@ -220,7 +220,9 @@ def merge_by_cause(groups: list[Group], cause_of: Callable[[str], str]) -> list[
                 f"{head.records[0].stage} · cause · {item}",
                 [r for g in parts for r in g.records],
                 diagnosis=head.diagnosis,
-                evidence="; ".join(g.evidence for g in parts if g.evidence),
+                evidence="; ".join(
+                    _evidence(g, cause_of(g.localized)) for g in parts if g.evidence or head.diagnosis
+                ),
                 localized=head.localized,
                 cause="" if head.diagnosis else item.removeprefix("localized: "),
                 sites=[s for g in parts for s in (g.sites or [_site(g)])],
@@ -228,6 +230,19 @@ def merge_by_cause(groups: list[Group], cause_of: Callable[[str], str]) -> list[
         )
     diagnosed = sorted((g for g in result if g.diagnosis), key=lambda g: -len(g.records))
     return [*diagnosed, *sorted((g for g in result if not g.diagnosis), key=lambda g: -len(g.records))]
+
+
+def _evidence(group: Group, cause: str) -> str:
+    """A merged part's evidence: its diagnosis' own, or for an undiagnosed part joining a
+    diagnosed cause, how many cases it adds and why (never counted as explained)."""
+    if group.evidence:
+        return group.evidence
+    site = _site(group)
+    return (
+        f"{site['count']} more failing {', '.join(site['stages'])} case{'s' if site['count'] != 1 else ''} "
+        f"of {', '.join(site['models'])} the diagnosis did not explain, localized to the same cause "
+        f"({cause})"
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -210,6 +210,10 @@ def test_an_unnamed_group_joins_the_one_diagnosis_of_its_localized_cause(tok: To
     groups[1].localized = planted(tok, "split", "cafe\u0301 x", nfc=True)
     (merged,) = triage.merge_by_cause(groups, cause_of)
     assert merged.diagnosis == "normalizes the text to NFC first" and len(merged.records) == 8
+    assert merged.evidence == (
+        "5 of 5 failing encode cases; 3 more failing split cases of qwen3-vocab the diagnosis did not "
+        "explain, localized to the same cause (normalization: the engine normalizes the text to NFC)"
+    )
     other = diagnosis("split", "qwen3-vocab", 2, "normalizes the text to NFKC first")
     groups = triage.group_records([*named.records, *other.records, *split], [named, other])
     for g in groups:
