@@ -29,6 +29,7 @@ failure group gets it (``specgate.run.triage``), named by the catalogue or not.
 from __future__ import annotations
 
 import itertools
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -64,7 +65,8 @@ def char_class(ch: str) -> str:
     if ch in "\r\n":
         return "a line break"
     cat = unicodedata.category(ch)
-    return f"{_CATEGORY_NAMES.get(cat, 'a character')} \\p{{{cat}}}"
+    space = " (whitespace)" if ch.isspace() and cat == "Cc" else ""  # a tab, a form feed
+    return f"{_CATEGORY_NAMES.get(cat, 'a character')} \\p{{{cat}}}{space}"
 
 
 def pieces_with_branches(text: str, rule: pretokenize.Rule) -> list[tuple[str, str]]:
@@ -277,3 +279,38 @@ def localize_group(
     if record.stage == "split":
         return localize_split(tok, inp["text"], got)
     return localize_encode(tok, inp["text"], inp["parse_special"], got)
+
+
+_QUOTE = r"""[bB]?'(?:[^'\\]|\\.)*'|[bB]?"(?:[^"\\]|\\.)*\""""
+_LETTER = re.compile(r"an? (?:uppercase |lowercase |titlecase |modifier )?letter \\p\{L[ultmo]\}")
+_WHITESPACE = re.compile(r"a space|a line break|a control character \\p\{Cc\} \(whitespace\)")
+_LOCALIZED_CAUSES = (  # (pattern over the line, the cause it names): one per line ``localize`` writes
+    (r"normalization: .* for the (NFK?C) form", "normalization: the engine normalizes the text to {0}"),
+    (r"special-token scan: .* became its one id in plain mode",
+     "special-token scan: a control token's text becomes its one id in plain mode"),
+    (r"special-token scan: .* cut out as its own segment in plain mode",
+     "special-token scan: a control token's text is cut out as its own segment in plain mode"),
+    (r"special-token scan: the special .* is not matched",
+     "special-token scan: a special token the reference matches is not matched"),
+    (r"byte map: ", "byte map: the engine's tokens spell other bytes than the text"),
+    (r"pre-tokenizer: .*: a contraction matched case-insensitively",
+     "pre-tokenizer: a contraction matched case-insensitively is not cut off"),
+    (r"pre-tokenizer: an engine (?:token|piece) crosses the boundary between .*\): (.*)",
+     "pre-tokenizer: {0}"),
+    (rf"pre-tokenizer: the engine cuts the reference piece (?:{_QUOTE}) \(.*\) between (?:{_QUOTE}) and "
+     rf"(?:{_QUOTE}): between (.*)", "pre-tokenizer: a reference piece cut between {0}"),
+    (r"pre-tokenizer: the engine's pieces do not concatenate",
+     "pre-tokenizer: the engine's pieces do not concatenate to the text"),
+    (r"BPE merges: ", "BPE merges: the same pieces, other merges"),
+)  # fmt: skip
+
+
+def cause_of(line: str) -> str:
+    """The cause a localized line names, without the case's own text (its pieces, offsets
+    and merge ranks; a letter of any case is ``a letter``, a space, tab or line break
+    ``whitespace``): what groups of one cause share
+    (``specgate.run.triage.merge_by_cause``). Empty for a line that localizes nothing."""
+    for pattern, cause in _LOCALIZED_CAUSES:
+        if m := re.match(pattern, line, re.S):
+            return _WHITESPACE.sub("whitespace", _LETTER.sub(r"a letter \\p{L}", cause.format(*m.groups())))
+    return ""

@@ -105,8 +105,8 @@ def covers(entry: ConfirmedGroup, group: dict) -> bool:
     """Whether ``entry`` names ``group``'s cause: the same stage, the group's diagnosis the
     entry's (exactly: a group of another cause, or one diagnosed with alternatives, is not
     it), and every case the entry names one of the group's."""
-    stage = group.get("stage") or group.get("signature", "").split(" · ", 1)[0]
-    if entry.stage != stage:
+    stages = group.get("stages") or [group.get("stage") or group.get("signature", "").split(" · ", 1)[0]]
+    if entry.stage not in stages:  # one cause merged across stages shows in each
         return False
     if entry.diagnosis and group.get("diagnosis") != diagnosis_cause(entry.stage, entry.diagnosis):
         return False

@@ -32,13 +32,30 @@ SHOWN_CHARS = 2000
 _SNAPSHOT_STAGES = ("split", "encode", "decode", "render")
 
 
+def shows_in(group: dict[str, Any]) -> list[str]:
+    """Where a group's one cause shows, a line per merged group (its stages, models, case
+    count and divergence site); empty when it shows in one place only."""
+    sites = group.get("shows_in") or []
+    if len(sites) < 2:
+        return []
+    return [
+        f"{', '.join(s['stages'])} · {', '.join(s['models'])} · {s['count']} {s['outcome']} "
+        f"case{'s' if s['count'] != 1 else ''}"
+        + (f" · first divergence {s['where']}" if s.get("where") else "")
+        for s in sites
+    ]
+
+
 def group_heading(group: dict[str, Any], width: int = 160) -> str:
     """A group's heading: its named cause when diagnosed, else its first case's real
     first message line (without the gate's prefix naming the case; invisible code
     points escaped; shortened) — never the masked
-    signature, which stays the grouping key."""
+    signature, which stays the grouping key. A group merged by a localized cause is headed
+    by that cause."""
     if group.get("diagnosis"):
         return f"the engine {group['diagnosis']}"
+    if group.get("cause"):  # the localized cause its groups shared (``triage.merge_by_cause``)
+        return group["cause"]
     lines = [line for line in str(group.get("first_message", "")).splitlines() if line.strip()]
     line = lines[0].strip() if lines else ""
     head, sep, rest = line.partition(": ")

@@ -54,7 +54,7 @@ function applyFilters() {
     row.hidden = !show; if (show) rows++;
   }
   for (const group of document.querySelectorAll('section.group')) {
-    const show = stageMatches(group.dataset.stage, want.stage) &&
+    const show = (group.dataset.stages || group.dataset.stage).split(' ').some(s => stageMatches(s, want.stage)) &&
                  (!want.model || group.dataset.models.split(' ').includes(want.model)) &&
                  (!want.outcome || group.dataset.outcome === want.outcome);
     group.hidden = !show; if (show) groups++;
@@ -131,6 +131,7 @@ def _group(number: int, group: dict[str, Any]) -> str:
     cases = "".join(f"<li><code>{escape(n)}</code></li>" for n in group["first_cases"])
     parts = [
         f'<section class="group" id="g-{escape(group["id"])}" data-stage="{escape(group["stage"])}" '
+        f'data-stages="{escape(" ".join(group.get("stages") or [group["stage"]]))}" '
         f'data-outcome="{escape(group["outcome"])}" data-models="{escape(" ".join(group["models"]))}">',
         f'<h3>{number}. <span class="group-count">{group["count"]}</span>× {escape(group["outcome"])} — '
         f'<span class="heading">{escape(report_browser.group_heading(group))}</span></h3>',
@@ -143,6 +144,15 @@ def _group(number: int, group: dict[str, Any]) -> str:
         *(
             [f'<div class="localized"><b>Localized:</b> {escape(group["localized"])}</div>']
             if group.get("localized")
+            else []
+        ),
+        *(
+            [
+                '<div class="note">one cause, shown in:</div><ul class="shows-in">'
+                + "".join(f"<li>{escape(line)}</li>" for line in shown)
+                + "</ul>"
+            ]
+            if (shown := report_browser.shows_in(group))
             else []
         ),
         f'<div class="note">models: {escape(", ".join(group["models"]))}; first cases:</div><ul>{cases}</ul>',

@@ -214,7 +214,7 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
     cases = f"{group['count']} case{'s' if group['count'] > 1 else ''}"
     cause = group.get("diagnosis")
     lines = [
-        f"### {md_text(group['outcome'])}: {md_text(group['stage'])} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
+        f"### {md_text(group['outcome'])}: {md_text(', '.join(group.get('stages') or [group['stage']]))} · {cases} (group {number}) — {md_text(report_browser.group_heading(group))}",
         "",
         *(
             [f"**Diagnosis:** {md_text(group['evidence'])}.  "]
@@ -222,6 +222,11 @@ def group_markdown(number: int, group: dict[str, Any]) -> list[str]:
             else [f"signature: {md_inline(group['signature'])}  "]
         ),
         *([f"**Localized:** {md_text(group['localized'])}  "] if group.get("localized") else []),
+        *(
+            ["**One cause, shown in:**", *[f"- {md_text(line)}" for line in shown], ""]
+            if (shown := report_browser.shows_in(group))
+            else []
+        ),
         f"models: {md_text(', '.join(group['models']))}; first cases:",
         *[f"- {md_inline(nodeid)}" for nodeid in group["first_cases"]],
         "",

@@ -85,6 +85,10 @@ class Group:
     localized: str = (
         ""  # the step inside the tokenizer the engine departs at (``specgate.diagnose.localize``)
     )
+    cause: str = ""  # the localized cause several groups shared (``merge_by_cause``): its heading
+    sites: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # where a merged cause shows (``merge_by_cause``)
 
     @property
     def divergence_signature(self) -> str:
@@ -107,7 +111,10 @@ class Group:
             "outcome": first.outcome,
             "count": len(self.records),
             "models": sorted({r.model for r in self.records}),
-            "first_cases": [r.nodeid for r in self.records[:3]],
+            # the first three cases of each place it shows
+            "first_cases": list(
+                dict.fromkeys(n for site in self.sites or [_site(self)] for n in site["first_cases"])
+            ),
             "first_message": first.message,
             "reproducer_file": self.reproducer_path,
             "reproducer": self.reproducer,
@@ -116,8 +123,27 @@ class Group:
             "diagnosis": self.diagnosis,
             "evidence": self.evidence,
             "localized": self.localized,
-            "where": "" if self.diagnosis else (getattr(first, "answers", None) or {}).get("site", ""),
+            "where": ""
+            if self.diagnosis or self.cause
+            else (getattr(first, "answers", None) or {}).get("site", ""),
+            "cause": self.cause,
+            "stages": sorted({r.stage for r in self.records}),
+            # where one cause shows: a row per merged group (stage, outcome, models, cases, site)
+            "shows_in": self.sites or [_site(self)],
         }
+
+
+def _site(group: Group) -> dict[str, Any]:
+    """Where a group's cause shows: its stages, outcome, models, case count and divergence site."""
+    first = group.records[0]
+    return {
+        "stages": sorted({r.stage for r in group.records}),
+        "outcome": first.outcome,
+        "models": sorted({r.model for r in group.records}),
+        "count": len(group.records),
+        "where": (getattr(first, "answers", None) or {}).get("site", ""),
+        "first_cases": [r.nodeid for r in group.records[:3]],
+    }
 
 
 def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list[Group]:
@@ -143,6 +169,80 @@ def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list
         Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     ]
     return [*diagnosed, *by_signature]
+
+
+def merge_by_cause(groups: list[Group], cause_of: Callable[[str], str]) -> list[Group]:
+    """One group per cause: groups that share a diagnosis (across stages, conformance
+    classes and models), or a localized cause (``cause_of`` of their ``localized`` line:
+    across stages, models and divergence sites) merge into the largest of them. An
+    undiagnosed group joins the diagnosed group of its localized cause only when exactly
+    one diagnosis has that cause; two diagnoses never merge. The merged group keeps the
+    largest's first case (its reproducer's) and lists every place it shows (``sites``);
+    groups without a cause stay as they are. Largest first, as ``group_records`` orders."""
+    key: dict[int, str] = {}
+    by_localized: dict[str, set[str]] = {}  # localized cause -> the diagnoses showing it
+    for g in groups:
+        cause = cause_of(g.localized) if g.localized and g.records[0].outcome == "fail" else ""
+        if g.diagnosis:
+            key[id(g)] = f"diagnosis: {g.diagnosis}"
+            if cause:
+                by_localized.setdefault(cause, set()).add(g.diagnosis)
+        elif cause:
+            key[id(g)] = f"localized: {cause}"
+    for g in groups:  # an undiagnosed group of the localized cause of exactly one diagnosis joins it
+        cause = key.get(id(g), "").removeprefix("localized: ")
+        if not g.diagnosis and len(named := by_localized.get(cause, set())) == 1 and id(g) in key:
+            key[id(g)] = f"diagnosis: {next(iter(named))}"
+    merged: dict[str, list[Group]] = {}
+    out: list[Group | str] = []
+    for g in groups:
+        k = key.get(id(g))
+        if k is None:
+            out.append(g)
+        else:
+            if k not in merged:
+                out.append(k)
+            merged.setdefault(k, []).append(g)
+    result = []
+    for item in out:
+        if isinstance(item, Group):
+            result.append(item)
+            continue
+        parts = sorted(merged[item], key=lambda g: (not g.diagnosis, -len(g.records)))
+        if len(parts) == 1:
+            if item.startswith("localized: "):
+                parts[0].cause = item.removeprefix("localized: ")
+            result.append(parts[0])
+            continue
+        head = parts[0]
+        result.append(
+            Group(
+                f"{head.records[0].stage} · cause · {item}",
+                [r for g in parts for r in g.records],
+                diagnosis=head.diagnosis,
+                evidence="; ".join(
+                    _evidence(g, cause_of(g.localized)) for g in parts if g.evidence or head.diagnosis
+                ),
+                localized=head.localized,
+                cause="" if head.diagnosis else item.removeprefix("localized: "),
+                sites=[s for g in parts for s in (g.sites or [_site(g)])],
+            )
+        )
+    diagnosed = sorted((g for g in result if g.diagnosis), key=lambda g: -len(g.records))
+    return [*diagnosed, *sorted((g for g in result if not g.diagnosis), key=lambda g: -len(g.records))]
+
+
+def _evidence(group: Group, cause: str) -> str:
+    """A merged part's evidence: its diagnosis' own, or for an undiagnosed part joining a
+    diagnosed cause, how many cases it adds and why (never counted as explained)."""
+    if group.evidence:
+        return group.evidence
+    site = _site(group)
+    return (
+        f"{site['count']} more failing {', '.join(site['stages'])} case{'s' if site['count'] != 1 else ''} "
+        f"of {', '.join(site['models'])} the diagnosis did not explain, localized to the same cause "
+        f"({cause})"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -425,7 +525,11 @@ def examine(
         groups = group_records(records, diagnoses)
         worth = worth_shrinking(groups)  # not a crash loop's: asked again, the engine only dies again
         if diagnosable:
+            from specgate.diagnose.localize import cause_of
+
             localize_groups(worth, engine)
+            groups = merge_by_cause(groups, cause_of)  # one group per cause
+            worth = worth_shrinking(groups)
         if notes is not None:
             notes.extend(undiagnosed_notes(groups, diagnoser, DIAGNOSABLE_ROWS))
         shrink_groups(worth, impl, repro_dir, group_budget, total_budget, engine=engine)

@@ -38,6 +38,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="wall time of the session, e.g. 90s, 10m (default 10m): 65%% searching, "
         "the rest minimizing and confirming the root causes",
     )
+    s.add_argument(
+        "--given",
+        type=csv,
+        default=[],
+        help="known deviations taken as given, comma-separated tokenizer catalogue names (e.g. nfc, "
+        "whitespace_run_whole: a parity report's diagnosis): the split/encode/decode search's "
+        "reference is the oracle with them, so it finds the divergences they do not explain",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default="reports", help="report directory (default reports)")
     s.add_argument("--db", help="hypothesis example database (default <out>/search-db): resumes from it")
@@ -64,6 +72,14 @@ def main(args: argparse.Namespace) -> int:
     from specgate.search.reference_confirm import ENGINE_DIVERGENCE, ORACLE_BUG
     from specgate.search.search_session import SearchError, run_search
 
+    if args.given:  # a name the catalogue does not hold: one line, before any engine starts
+        from specgate.search.given import UnknownGiven, knobs_of
+
+        try:
+            knobs_of(args.given)
+        except UnknownGiven as exc:
+            print(f"specgate: {exc}", file=sys.stderr)
+            return 2
     try:
         check(args.impl)
         engine = resolve(args.impl)
@@ -75,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         result = run_search(
             engine, args.impl, stages=args.stages, models=args.models, budget=args.budget, seed=args.seed,
             database=Path(args.db) if args.db else out / "search-db", max_rss_mb=args.max_memory,
-            log=lambda line: print(line, flush=True),
+            log=lambda line: print(line, flush=True), given=args.given,
         )  # fmt: skip
     except SearchError as exc:
         print(f"specgate: {exc}", file=sys.stderr)

@@ -121,6 +121,7 @@ def payload(result: SearchResult) -> dict[str, Any]:
             for r in result.runs
         ],
         "skipped": result.skipped,
+        "given": result.given,
         "references_missing": result.references_missing,
         "findings": [
             {
@@ -156,6 +157,12 @@ def markdown(result: SearchResult) -> str:
     for r in result.runs:
         notes = "; ".join(r.notes + [f"{len(r.oracle_errors)} oracle error(s)"] * bool(r.oracle_errors))
         lines.append(f"| {r.stage} | {r.model} | {r.examples} | {len(r.candidates)} | {notes} |")
+    if result.given:
+        lines.append(
+            f"\ngiven: {md_inline(', '.join(result.given))} — the split/encode/decode reference was the oracle "
+            "with these known deviations, so the divergences listed are those they do not explain "
+            "(the references judged each against the spec'd oracle)"
+        )
     for why in result.skipped:
         lines.append(f"\nskipped: {why}")
     if result.references_missing:

@@ -54,6 +54,7 @@ class SearchResult:
     skipped: list[str] = field(default_factory=list)
     references_missing: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    given: list[str] = field(default_factory=list)  # known deviations taken as given (``search.given``)
 
     def by_verdict(self, verdict: str) -> list[Finding]:
         return [f for f in self.findings if f.confirmation.verdict == verdict]
@@ -110,16 +111,33 @@ def run_search(
     max_rss_mb: float = 6000.0,
     log: Callable[[str], None] = lambda line: None,
     clock: Callable[[], float] = time.monotonic,
+    given: list[str] | None = None,
 ) -> SearchResult:
     """Search ``engine`` against ``oracle`` (the live oracle by default; a test passes
-    another) and confirm what diverges on ``references``."""
+    another) and confirm what diverges on ``references``. ``given``: known deviations
+    (tokenizer catalogue names, ``specgate.search.given``) the search's reference takes
+    on, so that it finds what they do not explain; the references still judge against
+    the spec'd ``oracle``."""
     from impl.oracle import OracleEngine
 
     oracle = oracle if oracle is not None else OracleEngine()
     refs = references if references is not None else confirming.References()
     start = clock()
     pairs = plan(engine, stages, models)
-    result = SearchResult(impl, seed, budget)
+    result = SearchResult(impl, seed, budget, given=list(given or []))
+    searched = oracle
+    if given:
+        from specgate.search.given import GIVEN_STAGES, GivenOracle, UnknownGiven
+
+        try:
+            searched = GivenOracle(given)
+        except UnknownGiven as exc:
+            raise SearchError(str(exc)) from None
+        others = sorted({s.name for s, _ in pairs if s.gate_stage not in GIVEN_STAGES})
+        if others:
+            log(
+                f"--given applies to {', '.join(GIVEN_STAGES)}; {', '.join(others)} searched against the oracle"
+            )
     search_end = start + SEARCH_SHARE * budget
     for k, (stage, model_id) in enumerate(pairs):
         try:
@@ -129,15 +147,16 @@ def run_search(
             continue
         share = (search_end - clock()) / (len(pairs) - k)
         log(f"searching {stage.name} on {model_id} for {share:.0f} s")
+        reference = searched if stage.gate_stage in ("split", "encode", "decode") else oracle
         run = search_stage(
-            stage, model_id, model, engine, oracle,
+            stage, model_id, model, engine, reference,
             seed=seed, deadline=clock() + share, database=database, max_rss_mb=max_rss_mb, clock=clock,
         )  # fmt: skip
         log(f"  {run.examples} examples, {len(run.candidates)} divergence(s) from the oracle")
         result.runs.append(run)
         for candidate in run.candidates.values():
             result.findings.append(
-                _settle(stage, model, candidate, engine, oracle, refs, start + budget, clock)
+                _settle(stage, model, candidate, engine, reference, refs, start + budget, clock, oracle)
             )
             log(f"  {result.findings[-1].confirmation.verdict}: {candidate.signature}")
     result.references_missing = sorted(
@@ -153,10 +172,19 @@ def run_search(
 
 
 def _settle(
-    stage: Any, model: Any, candidate: Candidate, engine: Any, oracle: Any, refs: Any, end: float, clock: Any
+    stage: Any,
+    model: Any,
+    candidate: Candidate,
+    engine: Any,
+    oracle: Any,
+    refs: Any,
+    end: float,
+    clock: Any,
+    spec_oracle: Any = None,
 ) -> Finding:
-    """Minimize one candidate, then have the references judge the minimized input
-    (and, when they cannot confirm it, the input hypothesis first found)."""
+    """Minimize one candidate against ``oracle`` (the search's reference), then have the
+    references judge the minimized input against ``spec_oracle`` (the spec'd oracle, when
+    the search's reference took deviations as given)."""
     from specgate.run.triage import recheck
     from specgate.search.minimize import minimize
 
@@ -166,7 +194,7 @@ def _settle(
         stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock
     )
     seconds = round(clock() - began, 3)
-    confirmation = confirming.confirm(stage, model, small, engine, oracle, refs)
+    confirmation = confirming.confirm(stage, model, small, engine, spec_oracle or oracle, refs)
     verdict = recheck(stage.gate_stage, engine, oracle, model, small)
     answers = {"engine": verdict.engine_answer, "oracle": verdict.oracle_answer, "message": verdict.message}
     return Finding(candidate, small, confirmation, checks, seconds, answers)

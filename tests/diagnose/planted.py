@@ -32,10 +32,11 @@ def diagnosed(
 
 
 def explained(evidence: str) -> int:
-    """How many cases a diagnosed group's evidence says the deviated reference explains:
-    one ``k of n failing …`` per row (a cause seen on several rows is one group, its rows'
-    evidence joined)."""
-    return sum(int(k) for k in re.findall(r"(?:^|; )(\d+) of \d+ failing ", evidence))
+    """How many cases a diagnosed group's evidence accounts for: one ``k of n failing …`` per
+    row the deviated reference explains (a cause seen on several rows is one group, its rows'
+    evidence joined), and ``k more failing …`` per undiagnosed group of the same localized
+    cause that joined it (``triage.merge_by_cause``)."""
+    return sum(int(k) for k in re.findall(r"(?:^|; )(\d+) (?:of \d+|more) failing ", evidence))
 
 
 def assert_diagnosed(

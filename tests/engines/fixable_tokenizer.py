@@ -9,6 +9,7 @@ the diagnosis catalogue.
 
 from __future__ import annotations
 
+import re
 import sys
 import unicodedata
 
@@ -16,6 +17,7 @@ from planted_defects import serve_with_defects  # the sibling module (this scrip
 
 from impl.oracle import OracleEngine
 from oracle import pretokenize
+from oracle.byte_level import to_standin
 from oracle.tokenizer import Tokenizer
 
 
@@ -66,13 +68,38 @@ def pieces(self, ids, decode, keep):
     return b"".join(decode(self, [i]) for i in ids if 0 <= i < len(self.tokens) and keep(self, i))
 
 
+def nel_as_byte(self, model, text, ps, enc):
+    """After a space, U+0085 encoded as the byte 0x85's token."""
+    tok = self._tokenizer(model)
+    head, *rest = text.split(" \x85")
+    ids = enc(self, model, head, ps) if head else []
+    for part in rest:
+        ids += [
+            *enc(self, model, " ", ps),
+            tok.vocab[to_standin(b"\x85")],
+            *(enc(self, model, part, ps) if part else []),
+        ]
+    return ids
+
+
 DEFECTS = {
     "nfc": lambda: normalizing("NFC"),
     "nfkc": lambda: normalizing("NFKC"),
+    # a rare one: U+0085 (NEXT LINE) after a space encoded as the byte 0x85's token (its code point
+    # taken for a byte), not as its UTF-8 bytes C2 85 — with nfc, the search's masked second bug
+    "nel_byte": lambda: wrap_encode(nel_as_byte),
     "lookahead": lambda: replace_arm(pretokenize.trailing_space, None),
     "digits3": lambda: replace_arm(pretokenize.digit, digits_up_to(3)),
     "digits2": lambda: replace_arm(pretokenize.digit, digits_up_to(2)),  # a look-alike of digits3
     "specials_in_plain": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, True)),
+    # in plain mode a control token's text cut out as its own segment (each part tokenized alone)
+    "specials_cut": lambda: wrap_encode(
+        lambda self, m, text, ps, enc: (
+            enc(self, m, text, ps)
+            if ps
+            else [i for part in re.split(r"(<\|[^|<>\s]*\|>)", text) if part for i in enc(self, m, part, ps)]
+        )
+    ),
     "specials_ignored": lambda: wrap_encode(lambda self, m, text, ps, enc: enc(self, m, text, False)),
     "bos": lambda: wrap_encode(
         lambda self, m, text, ps, enc: [special_ids(self, m).bos, *enc(self, m, text, ps)]
