@@ -126,6 +126,14 @@ def _forward_model(path: Path) -> Any:
     return forward
 
 
+def loaded_forward_model(path: Path) -> Any:
+    """The oracle's one loaded forward ``Model`` of this GGUF, shared: a judge running the
+    oracle's forward in this process (the diagnosis' deviated forwards read its float32
+    weights) and the oracle engine (the shrinking's and ``specgate repro``'s reference)
+    hold one copy of the weights, ~2 GB on the 0.5B, not one each (issue 38)."""
+    return _forward_model(path)
+
+
 class OracleEngine(Engine):
     name = "oracle"
     classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights

@@ -331,10 +331,13 @@ class ModelForward:
 
 
 def reference(model: Any) -> ModelForward:
-    from oracle.gguf import open_gguf
+    """The model's deviated forwards, on the weights of the oracle's own loaded forward
+    (``impl.oracle.loaded_forward_model``): the shrinking that follows and the oracle
+    engine read the same float32 copy."""
+    from impl.oracle import loaded_forward_model
 
-    gguf = open_gguf(model.gguf)
-    plain = Model(gguf)
+    plain = loaded_forward_model(model.gguf)
+    gguf = plain.weights.gguf
     hp = plain.hparams
     return ModelForward(
         model.id, gguf, plain.architecture, "blk.0.attn_q.bias" in plain.weights, hp.tied_embeddings,
