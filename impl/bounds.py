@@ -174,6 +174,8 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         rows = max(len(fields.get("ids", ())), 1)
         # The full float32 array (base64: 4/3 of 4 bytes a logit) is the larger form.
         return rows * vocab * 6 + slack
+    if op == "session_append":  # one row of logits, and n_past
+        return vocab * 6 + slack
     if op == "trace":
         # Each point asked, its rows as wide as the model says (unreadable: the vocabulary,
         # result_output's width, the widest), as float32 in base64 (6 bytes a value at most).
@@ -205,6 +207,8 @@ def answer_items(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
         return 4 * len(fields.get("ids", ())) + slack
     if op == "logits":
         return 8 * max(len(fields.get("ids", ())), 1) + slack
+    if op == "session_append":
+        return 16 + slack
     if op == "trace":
         return 8 * len(fields.get("points", ())) + slack
     if op == "sample":

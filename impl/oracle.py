@@ -134,9 +134,50 @@ def loaded_forward_model(path: Path) -> Any:
     return _forward_model(path)
 
 
+class _SessionModel:
+    """The model a session (``oracle.session.Session``) drives: the GGUF's one shared
+    forward ``Model`` for its weights, with the session's own KV cache put in place for
+    each call and taken out after it — so no other request (logits, trace, generate,
+    another session) reads or resets it, and dropping the weights (``release_forward``)
+    keeps it."""
+
+    def __init__(self, path: Path) -> None:
+        from oracle.kv_cache import KVCache
+
+        self.path = path
+        hp, n_ctx = self._shared().hparams, self._shared().n_ctx
+        self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
+
+    def _shared(self) -> Any:
+        return _forward_models.get(self.path, lambda: _load_forward_model(self.path))
+
+    def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
+        forward = self._shared()
+        own, forward.cache = forward.cache, self.cache
+        try:
+            return forward.prefill(ids, outputs=outputs)
+        finally:
+            forward.cache = own
+
+    def truncate(self, n: int) -> None:
+        self.cache.truncate(n)
+
+    def reset(self) -> None:
+        self.cache.reset()
+
+
+#: The most sessions one oracle engine keeps open (a KV cache each: ~12 kB a token on the
+#: 0.5B model); opening one more is an error naming the bound, not an eviction.
+MAX_SESSIONS = 64
+
+
 class OracleEngine(Engine):
     name = "oracle"
     classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Any] = {}  # id -> oracle.session.Session
+        self._opened = 0
 
     def version(self) -> str:
         from impl import __version__
@@ -249,3 +290,32 @@ class OracleEngine(Engine):
             params,
             stop_tokens=[special.eos, special.im_end],
         )
+
+    # --- sessions (the state stages) ---------------------------------------------------
+    def session_open(self, model: ModelRef) -> str:
+        """A new session over ``model``: an empty KV cache of its own (``_SessionModel``)."""
+        from oracle.session import Session
+
+        if len(self._sessions) >= MAX_SESSIONS:
+            raise ValueError(f"{len(self._sessions)} sessions are open, the most the oracle keeps: close one")
+        self._opened += 1
+        sid = f"s{self._opened}"
+        self._sessions[sid] = Session(_SessionModel(model.gguf))  # type: ignore[arg-type]
+        return sid
+
+    def _session(self, session: str) -> Any:
+        try:
+            return self._sessions[session]
+        except KeyError:
+            raise ValueError(f"no open session {session!r}") from None
+
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        n_past, logits = self._session(session).append(ids)
+        return {"n_past": n_past, "logits": logits}
+
+    def session_truncate(self, session: str, n: int) -> int:
+        return self._session(session).truncate(n)
+
+    def session_close(self, session: str) -> None:
+        self._session(session)
+        del self._sessions[session]

@@ -116,6 +116,17 @@ class Engine:
     trace(model, ids, points, positions) -> dict[str, numpy array]
         the forward's named intermediates (``oracle.trace``) of one pass over ``ids``
         from position 0: per point asked, float32 [len(positions) or len(ids), columns].
+    session_open(model) -> str
+        a new session (an empty KV cache the engine keeps between requests): its id.
+    session_append(session, ids) -> {"n_past": int, "logits": numpy array [n_vocab]}
+        ``ids`` evaluated after the session's tokens: the count it now holds and the
+        logits at its last position (``oracle.session.Session.append``).
+    session_truncate(session, n) -> int
+        keep the first ``n`` tokens, drop the KV of the rest: ``n``.
+    session_close(session) -> None
+
+    The session ops are the one state an engine keeps between requests (the ``state_*``
+    stages gate it); unlike the others they raise ``Unsupported`` when not overridden.
     """
 
     name: ClassVar[str] = "engine"
@@ -203,3 +214,16 @@ class Engine:
         positions: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         raise NotImplementedError
+
+    # Sessions: the one state kept between requests (PROTOCOL.md section 4.7).
+    def session_open(self, model: ModelRef) -> str:
+        raise Unsupported(f"{self.name} does not offer sessions")
+
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        raise Unsupported(f"{self.name} does not offer sessions")
+
+    def session_truncate(self, session: str, n: int) -> int:
+        raise Unsupported(f"{self.name} does not offer sessions")
+
+    def session_close(self, session: str) -> None:
+        raise Unsupported(f"{self.name} does not offer sessions")

@@ -1,6 +1,6 @@
 """The HTML report's case browser as a test drives it in headless chromium
 (``tests/cdp.py``): open a page, read what it shows, set its filters and search, open a
-case, take a screenshot. Shared by the case-browser tests (``tests/test_case_browser*.py``)."""
+case, take a screenshot. Shared by the case-browser tests (``tests/reports/test_case_browser*.py``)."""
 
 from __future__ import annotations
 

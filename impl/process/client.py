@@ -39,6 +39,7 @@ from typing import Any
 
 from impl import bounds
 from impl.envvars import env_count, env_seconds
+from impl.named_logprobs import NamedLogprobs
 from impl.ops import OPS
 from impl.process import lifeline, pipes, schema, wire
 from impl.protocol import (
@@ -135,6 +136,7 @@ class CmdEngine(_Requesting):
         self._start_failures = 0
         self._last_start_error = ""
         self.starts = 0  # how many times the process was (re)started
+        self._session_models: dict[str, Any] = {}  # session id -> the ModelRef it was opened on
         self.label = "cmd"
 
     # --- process lifecycle --------------------------------------------------------
@@ -208,6 +210,7 @@ class CmdEngine(_Requesting):
 
     def _kill(self) -> None:
         proc, self._proc, self._hello = self._proc, None, None
+        self._session_models.clear()  # a new process holds no session
         if proc is None:
             return
         lifeline.kill_group(proc)
@@ -293,7 +296,13 @@ class CmdEngine(_Requesting):
         fields = wire.request_fields(spec, args)
         choices = {"top_k": self.logits_top_k}
         fields.update({name: choices[name] for name in spec.transport})
+        if "session" in args:  # the model a session was opened on sizes its answers
+            args = {**args, "model": self._session_models.get(str(args["session"]))}
         result = self.exchange(op, fields)
+        if op == "session_open" and isinstance(result, str):
+            self._session_models[result] = args["model"]
+        elif op == "session_close":
+            self._session_models.pop(str(args["session"]), None)
         check = _RESULT_CHECKS.get(op)
         if check is None:
             return result
@@ -504,7 +513,23 @@ def _trace_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {p: got[p] for p in points}
 
 
+def _session_append_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """``n_past`` and the last position's logits as one row ``[n_vocab]`` (the top-k form
+    expanded as ``logits``' is); width (the session's model's) and finiteness checked."""
+    model = args.get("model")
+    n_vocab = bounds.model_n_vocab(model.gguf) if model is not None else None
+    logits = result["logits"]
+    if isinstance(logits, dict) and "top_k" in logits:
+        logits = wire.expand_top_k(logits["top_k"], n_vocab)
+    if isinstance(logits, NamedLogprobs):
+        raise EngineError(
+            f"session_append: logits name only some candidates ({logits.unnamed}); a session's must name all"
+        )
+    return {"n_past": int(result["n_past"]), "logits": bounds.check_logit_rows(logits, 1, n_vocab)[0]}
+
+
 _RESULT_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "logits": _logits_answer,
+    "session_append": _session_append_answer,
     "trace": _trace_answer,
 }

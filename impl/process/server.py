@@ -66,8 +66,20 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         return _error(rid, "engine", f"{type(exc).__name__}: {exc}")
     if op == "trace" and isinstance(result, dict):  # float32 arrays, whatever the adapter computed in
         result = {"points": {k: np.asarray(v, dtype=np.float32) for k, v in result.items()}}
-    top_k = request.get("top_k") if op == "logits" else None
-    if isinstance(top_k, int) and top_k > 0 and isinstance(result, np.ndarray) and result.ndim == 2:
+    top_k = request.get("top_k") if op in ("logits", "session_append") else None
+    if op == "session_append" and isinstance(result, dict) and "logits" in result:
+        try:  # the last position's row, as a one-row logits result (PROTOCOL.md 4.7)
+            row = np.asarray(result["logits"], dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            return _error(rid, "engine", f"{engine.name} answered logits that are no numeric array: {exc}")
+        row = row.reshape(1, -1) if row.ndim == 1 else row
+        logits = (
+            {"top_k": wire.top_k_logits(row, top_k)}
+            if isinstance(top_k, int) and top_k > 0 and row.ndim == 2 and row.size
+            else row
+        )
+        result = {**result, "logits": logits}
+    elif isinstance(top_k, int) and top_k > 0 and isinstance(result, np.ndarray) and result.ndim == 2:
         result = {"top_k": wire.top_k_logits(result, top_k)}
     try:
         encoded = wire.encode_value(result)

@@ -4,7 +4,7 @@ reproducers, every case in a browser (``specgate.reports.browser``), and filters
 stage, model and outcome.
 
 The page is built from the same payload as the JSON report, so the two always
-agree (``tests/test_report_html.py`` checks it in a real headless browser). The
+agree (``tests/reports/test_report_html.py`` checks it in a real headless browser). The
 filters can be preset from the address's fragment — ``page.html#outcome=fail&stage=encode``
 — so a link can point at one slice of a run.
 """

@@ -83,10 +83,11 @@ def metrics_summary(records: list[Any]) -> dict[tuple[str, str], dict[str, Any]]
 def matrix_text(records: list[Any]) -> str:
     table = tally(records)
     mets = metrics_summary(records)
-    head = f"{'stage':<18} {'model':<36} " + " ".join(f"{o:>8}" for o in HEADINGS)
+    width = max([18, *(len(stage) for stage, _ in table)])  # state_conversation/quantized is 28
+    head = f"{'stage':<{width}} {'model':<36} " + " ".join(f"{o:>8}" for o in HEADINGS)
     lines = [head, "-" * len(head)]
     for (stage, model), counts in table.items():
-        row = f"{stage:<18} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
+        row = f"{stage:<{width}} {model:<36} " + " ".join(f"{counts.get(o, 0):>8}" for o in OUTCOMES)
         if (stage, model) in mets:
             row += "  " + ", ".join(f"{k}={v:.4g}" for k, v in sorted(mets[(stage, model)].items()))
         lines.append(row)

@@ -18,7 +18,7 @@ never longer than the case it came from): the longest logits case of the snapsho
 512 ids (``MAX_LOGITS_POSITIONS``; 1,024 ids on the 0.5B model took 155 s and 5.7 GB),
 the generate prompts are under 32 ids (``MAX_PROMPT_IDS`` allows a 512-id forward, as
 logits does) and ask at most 32 tokens (``MAX_GENERATE_TOKENS`` is twice that; the
-search asks at most 16) — ``tests/test_reproducer_files.py`` checks the snapshots stay
+search asks at most 16) — ``tests/run/test_reproducer_files.py`` checks the snapshots stay
 within them. Every number in the file is finite and of at most ``MAX_NUMBER_DIGITS``
 digits (Python's int-from-text limit is 4,300 digits). The answers a reproducer keeps
 (``engine_answer``, ``oracle_answer``, ``divergence``) are cut to

@@ -17,14 +17,17 @@ from specgate.stages.base import Stage, Verdict
 from specgate.stages.forward import CONFORMANCE_CLASSES, GENERATE, LOGITS, SAMPLE, TRACE
 from specgate.stages.metadata import METADATA
 from specgate.stages.render import CONSTRUCTS_SNAPSHOT, RENDER, TEMPLATE
+from specgate.stages.state import STATE_CONVERSATION, STATE_INCREMENTAL
 from specgate.stages.tokenizer import DECODE, ENCODE, SPLIT
 
 __all__ = ["CONFORMANCE_CLASSES", "CONSTRUCTS_SNAPSHOT", "STAGES", "Stage", "Verdict"]
 
 #: Every gate stage, in the matrix's order (the ``gate`` marker's argument is one of these names).
 STAGES: dict[str, Stage] = {
-    s.name: s for s in (METADATA, RENDER, TEMPLATE, SPLIT, ENCODE, DECODE, LOGITS, SAMPLE, GENERATE, TRACE)
-}
+    s.name: s
+    for s in (METADATA, RENDER, TEMPLATE, SPLIT, ENCODE, DECODE, LOGITS, SAMPLE, GENERATE, TRACE,
+              STATE_INCREMENTAL, STATE_CONVERSATION)
+}  # fmt: skip
 GATE_STAGES = tuple(STAGES)
 #: The stages judged in conformance classes, one matrix row per class.
 CLASSED_STAGES = tuple(name for name, s in STAGES.items() if s.classes)

@@ -7,7 +7,7 @@ the tokenizer.json Qwen ships (Qwen3-0.6B's is the model followed here):
 
 * ``model`` — byte-level BPE: every normal token in ``vocab`` under its GGUF id, the
   merges in GGUF rank order (pairs), no whole-piece lookup (``ignore_merges: false``:
-  llama.cpp always merges, see ``tests/test_derive.py``'s Qwen3.6 case);
+  llama.cpp always merges, see ``tests/supply/test_derive.py``'s Qwen3.6 case);
 * ``pre_tokenizer`` — ``Split`` with the ``tokenizer.ggml.pre`` rule's regex from
   ``corpus/pretokenizer_patterns.json`` (isolated), then ``ByteLevel(use_regex=false)``;
 * ``decoder`` — ``ByteLevel``; ``normalizer`` — none: the GGUF pipeline does not

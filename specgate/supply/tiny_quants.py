@@ -14,7 +14,7 @@ scale *up*, round each sub-block's integer scale *up*, so the stored step is nev
 smaller than the needed one and every value lies inside the representable range.
 Each value is then rounded to the nearest level, so its error is at most half the
 stored step of its sub-block: ``|x - dequantized| <= step / 2`` (``step`` = d * sc),
-plus float32 rounding. ``tests/test_tiny_quants.py`` checks that bound on every
+plus float32 rounding. ``tests/supply/test_tiny_models.py`` checks that bound on every
 element, through gguf-py's own dequantizer.
 
 A K type needs rows that are a multiple of 256 values (QK_K). A tensor whose rows are

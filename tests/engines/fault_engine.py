@@ -119,6 +119,29 @@ class ToyEngine(Engine):
             out["l_out-9"] = out["l_out-9"][1:]
         return out
 
+    def session_open(self, model: ModelRef) -> str:
+        """Sessions whose last row is [n_past, last id, 0, …]."""
+        self.sessions = getattr(self, "sessions", {})
+        sid = f"toy{len(self.sessions)}"
+        self.sessions[sid] = []
+        return sid
+
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        held = self.sessions[session]
+        held += ids
+        row = np.zeros(8, dtype=np.float32)
+        row[:2] = len(held), held[-1]
+        if held[-1] == 5:  # a broken row: the client must not pass it on
+            row[2] = np.nan
+        return {"n_past": len(held), "logits": row}
+
+    def session_truncate(self, session: str, n: int) -> int:
+        del self.sessions[session][n:]
+        return n
+
+    def session_close(self, session: str) -> None:
+        del self.sessions[session]
+
 
 class ToyWithoutRenderTemplate(ToyEngine):
     """Renders its models' own templates only (no ``render_template``)."""

@@ -320,3 +320,30 @@ def test_the_models_a_handshake_lists_are_the_only_ones_asked_about(tmp_path: Pa
         assert engine.starts == 1  # the other model was never asked (it would have died); the sha256 was
     finally:
         engine.close()
+
+
+def test_session_ops_travel_the_wire_with_the_session_s_model_sizing_the_answer(toy) -> None:
+    """session_open's id comes back, session_append's one row of logits arrives as a row
+    (full or top-k form), truncate and close answer their values; a session the engine
+    does not know is its error, no restart."""
+    for top_k in (0, 4):
+        engine = toy()
+        engine.logits_top_k = top_k
+        assert "session" in engine.capabilities and {"session_open", "session_close"} <= engine.ops
+        sid = engine.session_open(MODEL)
+        assert sid == "toy0"
+        engine.session_append(sid, [3, 4])
+        answer = engine.session_append(sid, [9])
+        assert answer["n_past"] == 3 and answer["logits"].shape == (8,)
+        assert (
+            int(np.argmax(answer["logits"])) == 1 and answer["logits"][1] == 9.0
+        )  # the last id, not the first
+        assert engine.session_truncate(sid, 1) == 1
+        assert engine.session_append(sid, [7])["n_past"] == 2
+        assert engine.session_close(sid) is None
+        with pytest.raises(EngineError, match="KeyError"):
+            engine.session_append(sid, [1])
+        assert engine.starts == 1
+        if top_k == 0:  # a NaN in the row is a broken answer (the top-k form cannot carry one)
+            with pytest.raises(EngineError, match=r"logits\[0\]\[2\] is .*nan.*must be finite"):
+                engine.session_append(engine.session_open(MODEL), [5])

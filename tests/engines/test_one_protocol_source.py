@@ -59,6 +59,10 @@ CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("sample", (np.zeros(3, dtype=np.float32), {}, 0.5), {}),
     ("trace", (MODEL, [1], ["inp_embd"]), {}),
     ("trace", (MODEL, [1], ["inp_embd"]), {"positions": [0]}),
+    ("session_open", (MODEL,), {}),
+    ("session_append", ("s1", [1, 2]), {}),
+    ("session_truncate", ("s1",), {"n": 1}),
+    ("session_close", ("s1",), {}),
 ]
 
 
@@ -107,7 +111,7 @@ def test_the_handshake_schema_names_the_derived_capabilities_and_ops() -> None:
     assert hello["classes"]["items"]["enum"] == list(CONFORMANCE_CLASSES) == ["exact", "quantized"]
     assert wire.PROTOCOL == hello["protocol"]["const"] == "specgate-jsonl/1"
     assert CAPABILITIES == ("metadata", "render", "split", "encode", "decode", "logits", "sample", "generate",
-                            "trace")  # fmt: skip
+                            "trace", "session")  # fmt: skip
 
 
 def test_an_op_added_to_the_schemas_reaches_the_table_the_wire_and_protocol_md(tmp_path: Path) -> None:

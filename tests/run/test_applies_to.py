@@ -1,0 +1,51 @@
+"""A parametrization that can never apply is not generated: the reference recorders run
+only for the models their stage records (``applies_to`` markers), so a skip in the live
+tier means something. The expected model sets come from the corpus and the manifest,
+not from the predicates."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from impl.process import lifeline
+from specgate.supply import models, tiny_specs
+from specgate.upkeep import corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLER_MODELS = (
+    "qwen2.5-coder-0.5b-instruct",
+    "tiny-qwen2-f32",
+    "tiny-qwen3-f32",
+)  # corpus/sampler/windows.toml
+
+
+def collected(selection: list[str]) -> dict[str, set[str]]:
+    proc = lifeline.run(
+        [sys.executable, "-m", "pytest", "tests/references", "--live-references", "--co", "-q",
+         "-p", "no:cacheprovider", "-p", "no:xdist", "--models", ",".join(selection)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    found: dict[str, set[str]] = defaultdict(set)
+    for line in proc.stdout.splitlines():
+        if "::" in line and "[" in line:
+            test, param = line.split("[", 1)
+            found[test.split("::")[-1]].add(param.rstrip("]"))
+    return found
+
+
+def test_recorders_are_generated_only_for_the_models_they_record() -> None:
+    manifest = list(models.load_manifest())
+    tiny = ["tiny-qwen2-f32", "tiny-qwen2-q4_k", "tiny-qwen3-f32", "tiny-qwen3-q8_0"]
+    assert set(tiny) <= set(tiny_specs.model_ids())
+    found = collected(manifest + tiny)
+    for test in ("test_record_split", "test_record_encode", "test_record_decode"):
+        assert found[test] == set(corpus.TOKENIZER_MODELS), test
+    for test in ("test_record_render", "test_record_template_identity"):
+        assert found[test] == set(corpus.TEMPLATE_MODELS), test
+    assert found["test_record_metadata"] == {*manifest, "tiny-qwen2-f32", "tiny-qwen3-f32"}
+    assert found["test_record_sample"] == set(SAMPLER_MODELS)
+    weights = {m for m, e in models.load_manifest().items() if e.role == "full-weights"}
+    assert found["test_record_logits"] == weights | set(tiny)
