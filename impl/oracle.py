@@ -126,6 +126,14 @@ def _forward_model(path: Path) -> Any:
     return forward
 
 
+def loaded_forward_model(path: Path) -> Any:
+    """The oracle's one loaded forward ``Model`` of this GGUF, shared: a judge running the
+    oracle's forward in this process (the diagnosis' deviated forwards read its float32
+    weights) and the oracle engine (the shrinking's and ``specgate repro``'s reference)
+    hold one copy of the weights, ~2 GB on the 0.5B, not one each (issue 38)."""
+    return _forward_model(path)
+
+
 class _SessionModel:
     """The model a session (``oracle.session.Session``) drives: the GGUF's one shared
     forward ``Model`` for its weights, with the session's own KV cache put in place for

@@ -262,6 +262,19 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: tensor {name!r} data is not in this file (header-only read)")
         return np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.offset)
 
+    def release_pages(self, name: str) -> None:
+        """Let go of the mapped file's pages of a tensor this process has read (its whole
+        pages; ``madvise(MADV_DONTNEED)``): once a tensor is kept dequantized, its raw
+        bytes need not count in our resident size (~0.5 GB on the 0.5B model, issue 38).
+        The file is read-only and shared: a later read maps the pages again from the
+        page cache. A no-op where the platform has no ``madvise``."""
+        info = self.tensors[name]
+        page = mmap.PAGESIZE
+        start = -(-info.offset // page) * page
+        stop = min(info.offset + info.nbytes, self.size) // page * page
+        if stop > start and hasattr(self._map, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, start, stop - start)
+
     def dequantize(self, name: str) -> np.ndarray:
         """A tensor as float32 in numpy shape, dequantized through gguf-py's quants."""
         info = self.tensors[name]

@@ -115,6 +115,7 @@ class Weights:
             ).T
         self._transposed[name] = wt
         self.cached_bytes += wt.nbytes
+        self.gguf.release_pages(name)  # kept in float32: its quantized bytes need not stay resident
         return wt
 
     def matmul(self, x: np.ndarray, name: str) -> np.ndarray:

@@ -50,16 +50,28 @@ def _round(x: float) -> float:
     return float(f"{x:.{SIGNIFICANT_DIGITS}g}")
 
 
+#: Positions whose float64 log-probabilities exist at once while a record is taken or a
+#: comparison made (32 x 152k x 8 bytes: 39 MB); a 512-position answer in one piece was
+#: 0.6 GB per float64 copy, and a comparison made several (issue 38).
+CHUNK_POSITIONS = 32
+
+
 def topk_record(logits: np.ndarray, positions: Sequence[int], k: int) -> dict[str, Any]:
     """The snapshot form of reference logits at ``positions``. Each position's k ids and
     k log-probs are one space-separated string, keeping the JSON at one line per position."""
-    logp, lse = log_softmax(logits[list(positions)])
-    top = np.argsort(-logp, axis=-1, kind="stable")[:, :k]
-    values = np.take_along_axis(logp, top, axis=-1)
+    positions = list(positions)
+    tops, values, lses = [], [], []
+    for start in range(0, len(positions), CHUNK_POSITIONS):
+        logp, lse = log_softmax(logits[positions[start : start + CHUNK_POSITIONS]])
+        top = np.argsort(-logp, axis=-1, kind="stable")[:, :k]
+        tops.extend(top.tolist())
+        values.extend(np.take_along_axis(logp, top, axis=-1))
+        lses.extend(lse)
+        del logp
     return {
-        "top_ids": [" ".join(map(str, row)) for row in top.tolist()],
+        "top_ids": [" ".join(map(str, row)) for row in tops],
         "top_logprobs": [" ".join(f"{v:.{SIGNIFICANT_DIGITS}g}" for v in row) for row in values],
-        "lse": [_round(v) for v in lse],
+        "lse": [_round(v) for v in lses],
     }
 
 
@@ -130,17 +142,25 @@ def compare_topk(
     record: dict[str, Any], positions: Sequence[int], got: np.ndarray, tie_margin: float
 ) -> Comparison:
     """Engine logits ``got`` [T, n_vocab] vs a snapshot ``record`` taken at ``positions``."""
-    got = np.asarray(np.asarray(got)[list(positions)], dtype=np.float64)  # the recorded rows only
+    got = np.asarray(got)
+    positions = list(positions)
     ids, lp, lse = parse_record(record)
     ref_logits = lp + lse[:, None]
-    lq_all, _ = log_softmax(got)
-    lq = np.take_along_axis(lq_all, ids, axis=-1)
+    # the recorded rows only, a chunk at a time in float64: their top-k's logits and
+    # log-probabilities and their top-1 are all that is kept
+    sel, lq, g_top = np.empty(ids.shape), np.empty(ids.shape), np.empty(len(ids), dtype=np.int64)
+    for start in range(0, len(positions), CHUNK_POSITIONS):
+        rows = slice(start, start + CHUNK_POSITIONS)
+        g = np.asarray(got[positions[rows]], dtype=np.float64)
+        sel[rows] = np.take_along_axis(g, ids[rows], axis=-1)
+        lq[rows] = np.take_along_axis(log_softmax(g)[0], ids[rows], axis=-1)
+        g_top[rows] = g.argmax(-1)
+        del g
     p, q = np.exp(lp), np.exp(lq)
     p_rest = np.clip(1.0 - p.sum(-1), 1e-300, None)
     q_rest = np.clip(1.0 - q.sum(-1), 1e-300, None)
     kl = (p * (lp - lq)).sum(-1) + p_rest * np.log(p_rest / q_rest)
     kl = np.maximum(kl, 0.0)  # rounding of the stored log-probs can push an exact 0 slightly below
-    g_top = got.argmax(-1)
     ties, bad = 0, []
     for t in range(len(ids)):
         if g_top[t] == ids[t, 0]:
@@ -156,7 +176,7 @@ def compare_topk(
                         "reference_margin": float(ref_logits[t, 0] - ref_score)})  # fmt: skip
     return Comparison(
         positions=len(ids),
-        max_abs_dlogit=float(np.abs(np.take_along_axis(got, ids, axis=-1) - ref_logits).max()),
+        max_abs_dlogit=float(np.abs(sel - ref_logits).max()),
         kl_mean=float(kl.mean()),
         kl_max=float(kl.max()),
         top1_agree=float((g_top == ids[:, 0]).mean()),

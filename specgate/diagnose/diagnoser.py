@@ -143,6 +143,12 @@ class Diagnoser:
         for r in records:
             if r.stage in DIAGNOSABLE_ROWS and r.outcome in ("fail", "pass"):
                 rows.setdefault((r.stage, r.model), []).append(r)
+        try:
+            return self._diagnose_rows(rows, deadline)
+        finally:  # the deviated forwards, their answers and the engine's go before the shrinking
+            self._references.clear()
+
+    def _diagnose_rows(self, rows: dict[tuple[str, str], list[Any]], deadline: float) -> list[Diagnosis]:
         found: list[Diagnosis] = []
         for (stage, model_id), row in rows.items():
             if not any(r.outcome == "fail" for r in row):

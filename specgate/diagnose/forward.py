@@ -57,7 +57,11 @@ LOGITS_ROWS = ("logits/exact", "logits/quantized")
 MAX_POSITIONS = 16  # positions of a prompt compared (evenly spaced, first and last included)
 TOP_K = 64  # the reference's top-k kept per position, as in the snapshots
 MAX_MODELS = 4  # deviated forwards of one model kept built (a dequantizing one holds its own weights)
-MAX_ANSWER_BYTES = 512 << 20  # answers of one model kept (the two classes' rows ask the same forwards)
+#: answers of one model kept (the two classes' rows ask the same forwards): the first ones
+#: asked, never evicted — the rows ask them again in the same order, for which evicting
+#: the oldest would evict each just before it is asked again (``oracle.weights``' reason).
+#: On the 0.5B an answer is 16 x 151,936 float32 (9.7 MB): a case's deviations, ~10 of them.
+MAX_ANSWER_BYTES = 128 << 20
 
 
 # ---------------------------------------------------------------------------
@@ -312,13 +316,13 @@ class ModelForward:
 
     def answer(self, ids: list[int], knobs: Mapping[str, Any]) -> Answer:
         key = (tuple(ids), tuple(sorted(knobs.items())))
-        if key not in self._answers:
-            rows = self.model(knobs).logits_at(ids, positions_of(ids))
-            while self._answers and self._answer_bytes + rows.nbytes > MAX_ANSWER_BYTES:
-                self._answer_bytes -= self._answers.pop(next(iter(self._answers))).rows.nbytes
-            self._answers[key] = Answer(self.model_id, ids, rows)
-            self._answer_bytes += rows.nbytes
-        return self._answers[key]
+        if key in self._answers:
+            return self._answers[key]
+        found = Answer(self.model_id, ids, self.model(knobs).logits_at(ids, positions_of(ids)))
+        if self._answer_bytes + found.rows.nbytes <= MAX_ANSWER_BYTES:
+            self._answers[key] = found
+            self._answer_bytes += found.rows.nbytes
+        return found
 
     def model(self, knobs: Mapping[str, Any]) -> DeviatedModel:
         key = tuple(sorted(knobs.items()))
@@ -331,10 +335,13 @@ class ModelForward:
 
 
 def reference(model: Any) -> ModelForward:
-    from oracle.gguf import open_gguf
+    """The model's deviated forwards, on the weights of the oracle's own loaded forward
+    (``impl.oracle.loaded_forward_model``): the shrinking that follows and the oracle
+    engine read the same float32 copy."""
+    from impl.oracle import loaded_forward_model
 
-    gguf = open_gguf(model.gguf)
-    plain = Model(gguf)
+    plain = loaded_forward_model(model.gguf)
+    gguf = plain.weights.gguf
     hp = plain.hparams
     return ModelForward(
         model.id, gguf, plain.architecture, "blk.0.attn_q.bias" in plain.weights, hp.tied_embeddings,

@@ -23,6 +23,7 @@ class ParityRun:
     report: dict[str, Any]
     output: str
     peak_bytes: int | None = None  # the run's peak resident size, when measured
+    own_peak_bytes: int | None = None  # the gate's own process's peak (not its engines'), when measured
     report_bytes: int = 0  # the JSON report's size on disk
 
     def outcomes(self, stage: str | None = None) -> dict[str, int]:
@@ -77,6 +78,9 @@ def run_parity(
     )
     found = sorted(reports.glob("parity-*.json"))
     report = json.loads(found[0].read_text(encoding="utf-8")) if found else {"cases": [], "matrix": []}
-    peak = json.loads(peak_file.read_text(encoding="utf-8"))["peak_bytes"] if measure else None
+    peaks = json.loads(peak_file.read_text(encoding="utf-8")) if measure else {}
     size = found[0].stat().st_size if found else 0
-    return ParityRun(proc.returncode, report, proc.stdout + proc.stderr, peak, size)
+    return ParityRun(
+        proc.returncode, report, proc.stdout + proc.stderr, peak_bytes=peaks.get("peak_bytes"),
+        report_bytes=size, own_peak_bytes=peaks.get("own_peak_bytes"),
+    )  # fmt: skip

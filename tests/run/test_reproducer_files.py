@@ -275,3 +275,41 @@ def test_a_group_id_never_leaves_the_corpus_folder(tmp_path):
     assert written.parent == corpus / "conversations", written
     assert files.component_problem(written.name) is None
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == sorted(["r.json", written.name])
+
+
+FORWARD_MODEL = "qwen2.5-coder-0.5b-instruct"
+GIB = 1 << 30
+
+
+def replay_peak(tmp_path: Path, name: str, ids: list[int]) -> tuple[subprocess.CompletedProcess[str], int]:
+    """``specgate repro`` of a logits reproducer on ``--impl oracle``, in a fresh process
+    whose own peak resident size the kernel keeps (``tests/engines/peak_rss.py``)."""
+    path = reproducer_file(tmp_path, base("logits/exact", {"ids": ids}, FORWARD_MODEL), f"{name}.json")
+    peak_file = tmp_path / f"{name}.peak.json"
+    wrapper = [sys.executable, str(ROOT / "tests" / "engines" / "peak_rss.py"), str(peak_file)]
+    proc = subprocess.run(
+        [*wrapper, sys.executable, "-m", "specgate.cli", "repro", str(path), "--impl", "oracle"],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return proc, json.loads(peak_file.read_text(encoding="utf-8"))["own_peak_bytes"]
+
+
+@pytest.mark.slow  # two forwards of the 0.5B model, one of 512 tokens: minutes on a busy machine
+def test_a_512_id_logits_replay_stays_within_2_gb_of_the_loaded_model(tmp_path):
+    """Issue 38: ``specgate repro`` of a 512-id logits reproducer on the 0.5B peaked at
+    5.2 GB (the oracle's and the engine's [512, 151,936] logits, each judged through
+    whole float64 copies). Against the same replay of a one-id prompt — the loaded
+    model's baseline — it adds less than 2 GB, and still replays (no divergence)."""
+    if FORWARD_MODEL not in model_cache.cached_models():
+        model_missing(f"{FORWARD_MODEL}; run: specgate models fetch {FORWARD_MODEL}")
+    snapshot = json.loads((ROOT / "snapshots" / FORWARD_MODEL / "logits.json").read_text(encoding="utf-8"))
+    ids = max((case["ids"] for case in snapshot["cases"].values()), key=len)
+    assert len(ids) == 512
+    one, baseline = replay_peak(tmp_path, "one", ids[:1])
+    long, peak = replay_peak(tmp_path, "long", ids)
+    for proc in (one, long):
+        assert proc.returncode == 0 and "no divergence from the oracle: pass" in proc.stdout, (
+            proc.stdout[-2000:] + proc.stderr[-2000:]
+        )
+    print(f"repro's own peak: one id {baseline / GIB:.2f} GiB, 512 ids {peak / GIB:.2f} GiB")
+    assert peak - baseline < 2 * GIB, f"512 ids added {(peak - baseline) / GIB:.2f} GiB to the loaded model"

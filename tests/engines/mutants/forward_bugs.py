@@ -26,6 +26,9 @@ and look-alikes no diagnosis may name:
 * ``rope_base_500000``  RoPE with base 500 000 (Llama 3's): a RoPE bug, not the 10 000 one
 * ``logit_noise``       the right logits plus Gaussian noise (σ = 3e-3, ten times the exact
                         tolerance of the tiny models): an engine off by float noise, no defect
+* ``random_logits``     seeded Gaussian logits and no forward at all: a cheap engine that fails
+                        every logits case (the memory tests of the diagnosis and the shrinking
+                        on the 0.5B model, ``tests/diagnose/test_diagnosis_memory.py``)
 """
 
 from __future__ import annotations
@@ -168,10 +171,20 @@ def mask_off_by_one() -> None:
     attention_blocked.attention = blocks
 
 
+def random_logits() -> None:
+    from oracle.forward import Model
+
+    def garbage(self: Model, ids: object, *args: object, **kwargs: object) -> np.ndarray:
+        rng = np.random.default_rng(len(ids))  # type: ignore[arg-type]
+        return rng.standard_normal((len(ids), self.hparams.n_vocab), dtype=np.float32)  # type: ignore[arg-type]
+
+    Model.prefill = garbage  # type: ignore[method-assign]
+
+
 PLANTS: dict[str, Callable[[], None]] = {
     f.__name__: f
     for f in (rope_base, qk_norm_missing, rms_eps, bias_missing, gqa_order, swiglu_swapped, q4_0_interleaved,
-              mask_off_by_one, rope_interleaved, tied_output, rope_base_500000, logit_noise)
+              mask_off_by_one, rope_interleaved, tied_output, rope_base_500000, logit_noise, random_logits)
 }  # fmt: skip
 
 
