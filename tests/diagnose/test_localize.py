@@ -14,17 +14,8 @@ from oracle import bpe, pretokenize
 from oracle.byte_level import from_standin, to_standin
 from oracle.tokenizer import Tokenizer
 from specgate.diagnose.localize import localize_encode, localize_split
-from specgate.plugin import model_missing
-from specgate.supply import models as model_cache
 
 MODEL = "qwen3-vocab"
-
-
-@pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    if MODEL not in model_cache.cached_models():
-        model_missing(f"{MODEL}; run: specgate models fetch {MODEL}")
-    return Tokenizer.from_gguf(model_cache.model_ref(MODEL).gguf)
 
 
 def pieces_encoded(tok: Tokenizer, pieces: list[str]) -> list[int]:

@@ -24,13 +24,6 @@ from specgate.supply import models as model_cache
 MODEL = "qwen3-vocab"
 
 
-@pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    if MODEL not in model_cache.cached_models():
-        model_missing(f"{MODEL}; run: specgate models fetch {MODEL}")
-    return Tokenizer.from_gguf(model_cache.model_ref(MODEL).gguf)
-
-
 def digits_in_pairs(text: str, cls: str, i: int) -> int | None:
     """The planted pre-tokenizer arm: digits taken two at a time (the reference: one)."""
     if cls[i] != "N":

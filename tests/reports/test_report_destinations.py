@@ -72,7 +72,10 @@ def test_a_report_dir_that_is_a_file_is_one_usage_line(tmp_path: Path, vocab_mod
     assert a_file.read_text(encoding="utf-8") == "not a folder"
 
 
-@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="no sysfs here")
+@pytest.mark.skipif(
+    not Path("/sys/kernel").is_dir(),
+    reason="no sysfs on this machine: /sys/kernel is the read-only folder this test points --report-dir at; the file and missing-folder cases above still run",
+)
 def test_a_report_dir_in_sys_is_one_usage_line(vocab_model: None) -> None:
     usage_line(parity("/sys/kernel/specgate-reports"), "--report-dir")
 
@@ -97,7 +100,10 @@ def test_diff_markdown_into_a_missing_folder_is_exit_4(tmp_path: Path, two_repor
     one_line(specgate("report", "diff", *map(str, two_reports), "--markdown", str(target)), str(target))
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.skipif(
+    not Path("/dev/full").exists(),
+    reason="no /dev/full on this machine: the always-full device this test writes to; the RLIMIT_FSIZE full-disk test above still runs",
+)
 def test_diff_markdown_onto_dev_full_is_exit_4(two_reports) -> None:
     one_line(specgate("report", "diff", *map(str, two_reports), "--markdown", "/dev/full"), "/dev/full")
     assert Path("/dev/full").is_char_device()  # never replaced by a file
