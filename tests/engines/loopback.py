@@ -40,6 +40,19 @@ class JsonHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
+class LlamaServerHandler(JsonHandler):
+    """llama.cpp's server as far as ``GET /props`` goes: it answers ``props`` there (the
+    tests set a wrong shape to see it refused), 404 elsewhere; POSTs are the test's."""
+
+    props: ClassVar[Any] = {"model_path": None}
+
+    def do_GET(self) -> None:
+        if self.path == "/props":
+            self.answer(self.props)
+        else:
+            self.send_error(404)
+
+
 class LlamaCppPythonHandler(JsonHandler):
     """llama-cpp-python's server: ``paths`` are the routes its ``/openapi.json`` lists,
     ``model`` the id ``/v1/models`` names (the GGUF's path); a POST's JSON body goes to

@@ -29,7 +29,7 @@ from impl.http.transport import MAX_BODY_BYTES
 from impl.process import lifeline
 from impl.process.client import MAX_LINE_BYTES
 from impl.protocol import EngineError
-from tests.engines.loopback import JsonHandler, serving
+from tests.engines.loopback import JsonHandler, LlamaServerHandler, serving
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -145,14 +145,8 @@ def test_an_answer_of_empty_lists_is_refused_before_it_is_parsed() -> None:
     assert report["growth"] < 4 * BOMB + 64 * MIB, f"the client grew by {report['growth'] / MIB:.0f} MiB"
 
 
-class TokenBomb(JsonHandler):
+class TokenBomb(LlamaServerHandler):
     """llama.cpp's server whose /tokenize answers 20 MB of ids for any text."""
-
-    def do_GET(self) -> None:
-        if self.path == "/props":
-            self.answer({"model_path": None})
-        else:
-            self.send_error(404)
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["content-length"]))  # unread, closing resets the connection

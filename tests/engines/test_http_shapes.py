@@ -5,38 +5,28 @@ an ``AttributeError`` (issue 38: ``/props`` answering a list failed 12 cases).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from impl.http.engine import HttpEngine
 from impl.protocol import EngineError, ModelRef
-from tests.engines.loopback import JsonHandler, serving
+from tests.engines.loopback import LlamaServerHandler, serving
 
 MODEL = ModelRef("toy-model", Path("/nonexistent/toy.gguf"), "ab" * 32)
 
 
-class ListProps(JsonHandler):
+class ListProps(LlamaServerHandler):
     """llama.cpp's server, but ``/props`` (and every POST) answers a JSON list."""
 
-    def do_GET(self) -> None:
-        if self.path == "/props":
-            self.answer([1, 2, 3])
-        else:
-            self.send_error(404)
+    props: ClassVar[Any] = [1, 2, 3]
 
     def do_POST(self) -> None:
         self.answer(["not", "an", "object"])
 
 
-class StringTokens(ListProps):
+class StringTokens(LlamaServerHandler):
     """``/props`` is an object; ``/tokenize`` names its tokens as a string."""
-
-    def do_GET(self) -> None:
-        if self.path == "/props":
-            self.answer({"model_path": None})
-        else:
-            self.send_error(404)
 
     def do_POST(self) -> None:
         self.answer({"tokens": "abc", "content": 7, "prompt": ["x"]})
