@@ -58,3 +58,8 @@ def assert_evidence_explains(groups: list[dict], reference_says: str) -> None:
         if g.get("diagnosis"):
             assert g["evidence"].split(" of ")[0].isdigit() and reference_says in g["evidence"], g["evidence"]
             assert g["count"] == explained(g["evidence"])
+
+
+def evidence_parts(evidence: str) -> list[str]:
+    """A merged group's evidence, one part per place it shows: each starts ``N of M failing``."""
+    return re.split(r"; (?=\d+ of \d+ failing )", evidence)

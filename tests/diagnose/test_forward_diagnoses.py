@@ -19,6 +19,7 @@ import pytest
 from specgate.diagnose.forward import CATALOGUE
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
+from tests.diagnose.planted import evidence_parts
 from tests.engines.parity_run import ParityRun, run_parity, script_impl
 
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "forward_bugs.py"
@@ -58,10 +59,12 @@ def unescaped(markdown: str) -> str:
 
 
 def diagnoses(run: ParityRun, stage: str) -> dict[str, dict]:
-    """The groups of ``stage`` by the catalogue names their diagnosis carries (``a+b`` for a pair)."""
+    """The groups showing in ``stage`` by the catalogue names their diagnosis carries (``a+b``
+    for a pair). One cause is one group: a bug of both conformance classes is one group whose
+    ``stages`` name both, its evidence one part per class (``evidence_parts``)."""
     out = {}
     for g in run.report["groups"]:
-        if g["stage"] != stage or not g.get("diagnosis"):
+        if stage not in (g.get("stages") or [g["stage"]]) or not g.get("diagnosis"):
             continue
         named = [n for n, cause in CAUSE.items() if cause in g["diagnosis"]]
         out["+".join(sorted(named, key=list(CAUSE).index))] = g
@@ -97,10 +100,11 @@ def test_a_planted_forward_bug_is_diagnosed_by_name(
         assert not {n for key in found for n in key.split("+")} & not_named
         failing = sum(1 for c in run.report["cases"] if c["stage"] == stage and c["outcome"] == "fail")
         for group in found.values():
-            evidence = group["evidence"]
-            assert evidence.startswith(
-                f"{group['count']} of {failing} failing {stage} cases of {model} equal "
-            )
+            shown = [row for row in group["shows_in"] if stage in row["stages"]]
+            assert len(shown) == 1, group["shows_in"]
+            part = f"{shown[0]['count']} of {failing} failing {stage} cases of {model} equal "
+            evidence = next((e for e in evidence_parts(group["evidence"]) if e.startswith(part)), "")
+            assert evidence, f"no evidence part starting {part!r}: {group['evidence']}"
             assert " the oracle's logits (which agree with transformers) when it " in evidence
             if stage == "logits/exact":
                 m = re.search(r"max \|Δlogit\| ≤ ([\d.e-]+)\): measured max \|Δlogit\| ([\d.e+-]+), "
@@ -114,7 +118,7 @@ def test_a_planted_forward_bug_is_diagnosed_by_name(
                 assert m, evidence
                 kl, top1, kl_spec = map(float, m.groups())
                 assert kl <= 0.02 < kl_spec and top1 >= 0.95, evidence
-            assert f"**Diagnosis:** {evidence}." in markdown
+            assert f"**Diagnosis:** {group['evidence']}." in markdown
     if not exact and not quantized:  # nothing diagnosed: the failures stay grouped by their messages
         assert not any(g.get("diagnosis") for g in run.report["groups"])
         assert run.report["groups"] and "**Diagnosis:**" not in markdown

@@ -17,7 +17,7 @@ import pytest
 
 from specgate.diagnose import generate, sampler
 from specgate.safe_io.text_safety import md_text
-from tests.diagnose.planted import assert_diagnosed, diagnosed
+from tests.diagnose.planted import assert_diagnosed, diagnosed, evidence_parts
 
 ENGINES = Path(__file__).resolve().parents[1] / "engines"
 FIXABLE = ENGINES / "fixable_sampler.py"
@@ -70,8 +70,11 @@ def test_a_planted_sampler_or_generate_bug_is_diagnosed_by_name(
         assert first.get("diagnosis") and any(CAUSE[n] == first["diagnosis"] for n in named)
         reference = (sampler if stage == "sample" else generate).REFERENCE
         assert f" equal {reference} when it " in first["evidence"], first["evidence"]
-        n, of = first["evidence"].split(" failing ")[0].split(" of ")
-        assert int(n) == first["count"] and int(of) >= int(n)
+        # one cause, one group: a part of the evidence per conformance class it shows in
+        parts = [e.split(" failing ")[0].split(" of ") for e in evidence_parts(first["evidence"])]
+        assert len(parts) == len(first["shows_in"]), first["evidence"]
+        assert sum(int(n) for n, _ in parts) == first["count"]
+        assert all(int(of) >= int(n) for n, of in parts)
         markdown = next((tmp_path / "reports").glob("parity-*.md")).read_text(encoding="utf-8")
         assert f"**Diagnosis:** {md_text(first['evidence'])}." in markdown  # as shown: escaped
 

@@ -163,14 +163,19 @@ def test_mutant_fails_exactly_its_stage(mutant: Mutant, tmp_path: Path) -> None:
 
 
 def check_triage(mutant: Mutant, report: dict, impl: str) -> None:
-    """One root-cause group per failing stage row; a small reproducer, shrunk within
-    the budget, where the row can be replayed; ``specgate repro`` replays it."""
+    """One group per cause: every failing stage row in exactly one group, and a planted bug
+    that shows in several rows (both conformance classes, encode and split) one group over
+    them all; a small reproducer, shrunk within the budget, where the group's first row can
+    be replayed; ``specgate repro`` replays it."""
     failing_rows = sorted({c["stage"] for c in report["cases"] if c["outcome"] in ("fail", "error")})
     groups = [g for g in report["groups"] if g["outcome"] in ("fail", "error")]
-    assert sorted(g["stage"] for g in groups) == failing_rows, (
-        f"{mutant.script}: expected one group per failing row {failing_rows}, got "
-        + "; ".join(f"{g['count']}× {g['signature']}" for g in groups)
+    shown = "; ".join(f"{g['count']}× {g['signature']} (rows {g['stages']})" for g in groups)
+    rows = [row for g in groups for row in g["stages"]]
+    assert sorted(rows) == failing_rows, (
+        f"{mutant.script}: every failing row {failing_rows} in one group: {shown}"
     )
+    if any(g.get("diagnosis") for g in groups):  # a named cause: one group, however many rows
+        assert len(groups) == 1, f"{mutant.script}: one planted cause, {len(groups)} groups: {shown}"
     for group in groups:
         limit = mutant.repro_size.get(group["stage"])
         if limit is None:
