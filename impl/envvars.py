@@ -5,8 +5,28 @@ variable, never a traceback or a silent default."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from impl.protocol import EngineError
+
+
+def cache_dir() -> Path:
+    """specgate's cache folder: ``$SPECGATE_CACHE``, else ``$XDG_CACHE_HOME/specgate`` or
+    ``~/.cache/specgate`` (models, tiny models, wheels, the oracle's dequantized weights)."""
+    if env := os.environ.get("SPECGATE_CACHE"):
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specgate"
+
+
+def weights_store_dir() -> Path | None:
+    """Where the oracle engine keeps dequantized weights between processes
+    (``oracle.weights_store``): ``$SPECGATE_WEIGHTS_STORE``, else the cache's
+    ``dequantized/`` folder; ``off`` keeps none (every load dequantizes)."""
+    raw = os.environ.get("SPECGATE_WEIGHTS_STORE")
+    if raw is None or not raw.strip():
+        return cache_dir() / "dequantized"
+    return None if raw.strip().lower() == "off" else Path(raw).expanduser()
 
 
 def env_seconds(name: str, default: float) -> float:

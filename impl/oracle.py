@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.envvars import weights_store_dir
 from impl.loaded import PerModel
 from impl.protocol import Engine, Messages, ModelRef
 from oracle import gguf
@@ -23,7 +24,9 @@ from oracle import gguf
 _ggufs = PerModel(limit=4)  # parsed headers and vocabularies (tensors stay memory-mapped)
 _tokenizers = PerModel(limit=4)  # each keeps its piece cache while it is cached
 _chat_templates = PerModel(limit=32)
-# Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive.
+# Forward weights are cached in float32 (2 GiB budget each, ~2 GB for the 0.5B): one alive. Its
+# kept matrices are mapped from the weights store (``impl.envvars.weights_store_dir``), dequantized
+# once per machine.
 _forward_models = PerModel(limit=1)
 # Every point of the last traced prompts (``_trace_all``): a trace walk asks one prompt several
 # times for other points and positions, and each is read here instead of a new forward pass.
@@ -48,10 +51,14 @@ def _load_tokenizer(path: Path) -> Any:
     return Tokenizer.from_gguf(_gguf(path))
 
 
-def _load_forward_model(path: Path) -> Any:
+def load_forward_model(path: Path) -> Any:
+    """A new forward ``Model`` of the GGUF (its own KV cache), its kept matrices mapped from
+    the weights store (``impl.envvars.weights_store_dir``): dequantized once per machine."""
     from oracle.forward import Model
+    from oracle.weights_store import WeightsStore
 
-    return Model.from_gguf(_gguf(path))
+    folder = weights_store_dir()
+    return Model.from_gguf(_gguf(path), store=None if folder is None else WeightsStore(folder))
 
 
 def release_forward() -> None:
@@ -104,7 +111,7 @@ class _Remembering:
         if key in _decoded:
             _decoded.move_to_end(key)
             return np.array(_decoded[key])
-        forward = _forward_models.get(self.path, lambda: _load_forward_model(self.path))
+        forward = _forward_models.get(self.path, lambda: load_forward_model(self.path))
         if self.computed == len(self.seq) - 1 and self.computed >= self.n_prompt:
             rows = [(len(self.seq), forward.step(self.seq[-1]))]
         else:  # the prompt's prefill, then a step per token already chosen
@@ -121,7 +128,7 @@ class _Remembering:
 
 def _forward_model(path: Path) -> Any:
     """The GGUF's one forward ``Model``, its KV cache emptied for a new sequence."""
-    forward = _forward_models.get(path, lambda: _load_forward_model(path))
+    forward = _forward_models.get(path, lambda: load_forward_model(path))
     forward.reset()
     return forward
 
@@ -149,7 +156,7 @@ class _SessionModel:
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
 
     def _shared(self) -> Any:
-        return _forward_models.get(self.path, lambda: _load_forward_model(self.path))
+        return _forward_models.get(self.path, lambda: load_forward_model(self.path))
 
     def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
         forward = self._shared()

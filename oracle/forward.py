@@ -19,7 +19,8 @@ per layer ``attn_norm``, ``Qcur``/``Kcur`` (after the QK-norm and RoPE), ``Vcur`
 ``kqv_out``, ``ffn_inp``, ``ffn_norm``, ``ffn_out``, ``l_out``, then ``result_norm``
 and ``result_output``. It only looks; nothing is computed differently.
 
-Weights are read from the GGUF and dequantized lazily (``oracle.weights``);
+Weights are read from the GGUF and dequantized lazily (``oracle.weights``; with a
+``store``, once per machine: ``oracle.weights_store``);
 hyper-parameters come from ``oracle.dispatch``, and ``oracle.load_checks`` holds the
 file to them before anything runs. Attention is the definition's result computed in
 blocks (``oracle.attention_blocked``). Everything is float32 numpy:
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +43,7 @@ from oracle.kv_cache import ContextOverflow, KVCache
 from oracle.load_checks import check_runnable, check_token_ids
 from oracle.trace import NO_TRACE, Recorder
 from oracle.weights import DEFAULT_BUDGET_BYTES, Weights
+from oracle.weights_store import WeightsStore
 
 __all__ = ["ContextOverflow", "Model"]
 
@@ -74,12 +77,16 @@ class Model:
     """
 
     def __init__(
-        self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES, n_ctx: int | None = None
+        self,
+        gguf: GGUFFile,
+        budget_bytes: int = DEFAULT_BUDGET_BYTES,
+        n_ctx: int | None = None,
+        store: WeightsStore | None = None,
     ) -> None:
         spec = dispatch(gguf)
         self.hparams = hp = check_runnable(gguf, spec)  # names every missing or misshapen tensor
         self.architecture = spec.architecture
-        self.weights = Weights(gguf, budget_bytes)
+        self.weights = Weights(gguf, budget_bytes, store)
         self.output_name = "token_embd.weight" if hp.tied_embeddings else "output.weight"
         self.n_ctx = hp.n_ctx if n_ctx is None else min(n_ctx, hp.n_ctx)
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, self.n_ctx)
@@ -87,7 +94,7 @@ class Model:
         self.outputs: np.ndarray | None = None  # the positions ``prefill`` projects to logits (None: all)
 
     @classmethod
-    def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: int | None) -> Model:
+    def from_gguf(cls, gguf_file: GGUFFile | str | Path, **kwargs: Any) -> Model:
         gguf = gguf_file if isinstance(gguf_file, GGUFFile) else open_gguf(gguf_file)
         return cls(gguf, **kwargs)  # type: ignore[arg-type]
 

@@ -21,6 +21,9 @@ needed again; keeping a fixed set and streaming the rest gives the best hit rate
 a fixed budget can give. Peak memory is thus the mapped file + ``budget`` + one
 block + activations.
 
+With a ``WeightsStore`` (``oracle.weights_store``) a kept matrix is dequantized once per
+machine: later loads map the stored ``Wᵀ`` read-only instead of computing it again.
+
 Dequantization is gguf-py's (``GGUFFile.dequantize`` / ``gguf.quants``); which
 tensor types the oracle accepts is decided here, at load, by name.
 """
@@ -32,6 +35,7 @@ from gguf import quants
 from gguf.constants import GGMLQuantizationType as T
 
 from oracle.gguf import GGUFFile
+from oracle.weights_store import WeightsStore
 
 SUPPORTED_TYPES = frozenset(
     {T.F32, T.F16, T.BF16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q4_K, T.Q5_K, T.Q6_K}
@@ -64,9 +68,12 @@ def check_types(gguf: GGUFFile, names: list[str]) -> None:
 class Weights:
     """The float32 view of a GGUF's tensors, dequantized on demand."""
 
-    def __init__(self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+    def __init__(
+        self, gguf: GGUFFile, budget_bytes: int = DEFAULT_BUDGET_BYTES, store: WeightsStore | None = None
+    ) -> None:
         self.gguf = gguf
         self.budget_bytes = budget_bytes
+        self.store = store  # kept matrices read from / written to disk (``oracle.weights_store``)
         self.cached_bytes = 0
         self._cache: dict[str, np.ndarray] = {}  # as stored: [out, in] for a matrix
         self._transposed: dict[str, np.ndarray] = {}  # matrices multiplied by ``matmul``: [in, out]
@@ -106,16 +113,29 @@ class Weights:
         f32_bytes = int(np.prod(info.shape)) * 4
         if name in self._cache or self.cached_bytes + f32_bytes > self.budget_bytes:
             return None
-        # Dequantized and transposed a block of rows at a time into the kept array: no
-        # whole-matrix temporary (on the 0.5B each one was 2 GB more of fresh pages per load).
+        if self.store is not None and f32_bytes >= self.store.min_bytes:
+            key = self.store.key(info.ggml_type, info.shape, self.gguf.tensor_bytes(name))
+            wt = self.store.load(key, (info.shape[1], info.shape[0]))
+            if wt is None:
+                wt = self.dequantize_transposed(name)
+                self.store.save(key, wt)
+        else:
+            wt = self.dequantize_transposed(name)
+        self._transposed[name] = wt
+        self.cached_bytes += wt.nbytes
+        self.gguf.release_pages(name)  # kept in float32: its quantized bytes need not stay resident
+        return wt
+
+    def dequantize_transposed(self, name: str) -> np.ndarray:
+        """``Wᵀ`` [in, out] of a 2-D weight, float32, C-contiguous: dequantized and transposed
+        a block of rows at a time into the new array, with no whole-matrix temporary (on the
+        0.5B each one was 2 GB more of fresh pages per load)."""
+        info = self.gguf.tensors[name]
         wt = np.empty((info.shape[1], info.shape[0]), dtype=np.float32)
         for start in range(0, info.shape[0], TRANSPOSE_ROWS):
             wt[:, start : start + TRANSPOSE_ROWS] = self.gguf.dequantize_rows(
                 name, start, start + TRANSPOSE_ROWS
             ).T
-        self._transposed[name] = wt
-        self.cached_bytes += wt.nbytes
-        self.gguf.release_pages(name)  # kept in float32: its quantized bytes need not stay resident
         return wt
 
     def matmul(self, x: np.ndarray, name: str) -> np.ndarray:

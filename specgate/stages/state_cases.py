@@ -130,9 +130,9 @@ REFERENCE = (
 
 
 def oracle_one_shot(model: Any) -> OneShot:
-    from oracle.forward import Model
+    from impl.oracle import load_forward_model
 
-    forward = Model.from_gguf(model.gguf)
+    forward = load_forward_model(model.gguf)
 
     def one_shot(ids: Sequence[int]) -> np.ndarray:
         forward.reset()

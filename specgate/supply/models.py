@@ -25,6 +25,7 @@ from typing import Any
 
 from impl import protocol
 from impl.datafiles import DATA_ROOT
+from impl.envvars import cache_dir
 from impl.protocol import ModelRef
 from specgate.safe_io import files
 from specgate.supply import tiny_specs
@@ -82,13 +83,6 @@ class ModelEntry:
     @property
     def expected_gguf_sha256(self) -> str | None:
         return self.gguf_sha256 if self.derive else self.sha256
-
-
-def cache_dir() -> Path:
-    if env := os.environ.get("SPECGATE_CACHE"):
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "specgate"
 
 
 def model_dir(model_id: str) -> Path:

@@ -1,0 +1,86 @@
+"""Dequantized weights kept on disk, so a model is dequantized once per machine, not per load.
+
+Dequantizing and transposing the 0.5B model's matrices takes 40-50 s of one core, the
+forward pass it feeds a second or two; every process that loads the model (a test
+module, an engine subprocess, a diagnosis) paid it again. A ``WeightsStore`` is a folder
+of ``.npy`` files, one per kept matrix in the layout ``oracle.weights`` keeps it (``Wᵀ``,
+[in, out], float32, C-contiguous), that later loads map read-only instead of computing:
+the same numbers, bit for bit (``tests/oracle/test_weights_store.py``), shared between
+processes through the page cache.
+
+A file is named by what it holds, not by where it came from: the SHA-256 of the layout
+version, the tensor's ggml type, its shape and its raw bytes. A changed file, another
+model or a newer layout is another name, never a stale answer; a file that does not
+read back as the exact array expected (truncated, another shape, another dtype) is a
+miss and is written again. Files are written to a temporary name and renamed, so a
+reader never sees half of one; two processes storing the same matrix write the same
+bytes. A store that cannot be written (read-only, full) only costs the time it would
+have saved: ``failed_writes`` counts it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+#: Bumped whenever the stored layout or the dequantization that fills it changes.
+LAYOUT = b"oracle.weights Wt [in, out] float32 C v1"
+#: The smallest matrix (float32 bytes) worth a file: below it, dequantizing costs less than
+#: opening one (the 0.5B's 896 x 128 key and value matrices are 0.46 MB).
+MIN_BYTES = 1 << 18
+
+
+class WeightsStore:
+    """A folder of dequantized, transposed matrices named by their content."""
+
+    def __init__(self, folder: str | Path, min_bytes: int = MIN_BYTES) -> None:
+        self.folder = Path(folder)
+        self.min_bytes = min_bytes
+        self.hits = 0
+        self.writes = 0
+        self.failed_writes = 0
+
+    @staticmethod
+    def key(ggml_type: int, shape: tuple[int, ...], raw: np.ndarray) -> str:
+        """The name of a matrix's stored ``Wᵀ``: what it is computed from, hashed."""
+        h = hashlib.sha256(LAYOUT)
+        h.update(f"|{int(ggml_type)}|{'x'.join(map(str, shape))}|".encode())
+        h.update(memoryview(raw))
+        return h.hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.folder / key[:2] / f"{key}.npy"
+
+    def load(self, key: str, shape: tuple[int, int]) -> np.ndarray | None:
+        """The stored ``Wᵀ`` [in, out] (read-only, memory-mapped), or None if it is not there
+        exactly as expected."""
+        try:
+            wt = np.load(self.path(key), mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+        if wt.dtype != np.float32 or wt.shape != shape or not wt.flags.c_contiguous:
+            return None
+        self.hits += 1
+        return wt
+
+    def save(self, key: str, wt: np.ndarray) -> None:
+        """Keep ``wt`` under ``key`` (atomically: written aside, then renamed)."""
+        target = self.path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.save(f, wt, allow_pickle=False)
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            self.failed_writes += 1
+            return
+        self.writes += 1
