@@ -92,6 +92,15 @@ def fetch_models(session: nox.Session, tiny: bool) -> None:
 #: for a reference), ``slow`` one that takes more than a few seconds.
 FAST_TIER = "not live and not slow"
 LIVE_TIER = "live or slow"
+#: The models whose recorded forward references (``tests/references``: logits, trace) the
+#: live tier re-checks against the live transformers and llama.cpp: the real model and four
+#: tiny ones (both architectures, the tied output, float32, a legacy and a K-quant type).
+#: ``nox -s references`` re-checks every model's (``nox -s snapshots`` records them): the
+#: 28 took ~70 min of the live tier (a tiny model's logits ~2 min at load 8: full-vocabulary
+#: rows at every position of every prompt from both references), past CI's 90 minutes.
+LIVE_REFERENCE_SAMPLE = (
+    "qwen2.5-coder-0.5b-instruct,tiny-qwen2-f32,tiny-qwen2-q4_0,tiny-qwen3-q4_k,tiny-qwen2-tied-q6_k"
+)
 
 
 @nox.session
@@ -131,7 +140,22 @@ def live(session: nox.Session) -> None:
     ensure_chromium(session)
     fetch_models(session, tiny=True)
     install_engines(session)
-    session.run("pytest", "-m", LIVE_TIER, "--live-references", "--durations=10", *session.posargs)
+    # Two xdist workers of one BLAS thread each, whole modules per worker (as the fast tier).
+    session.env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    session.run(
+        "pytest", "-m", LIVE_TIER, "--live-references", "--reference-models", LIVE_REFERENCE_SAMPLE,
+        "-n", "auto", "--maxprocesses", "2", "--dist", "loadfile", "--durations=20", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
+def references(session: nox.Session) -> None:
+    """Every model's recorded references (``tests/references``) re-checked against the
+    pinned live references — the live tier re-checks a sample (``LIVE_REFERENCE_SAMPLE``);
+    this is all of them, nothing recorded (``nox -s snapshots`` records)."""
+    install(session, "references")
+    fetch_models(session, tiny=True)
+    session.run("pytest", "tests/references", "--live-references", "--durations=20", *session.posargs)
 
 
 def install_engines(session: nox.Session) -> None:

@@ -38,6 +38,14 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         help="also check against live references (transformers, llama.cpp, tiktoken)",
     )
+    group.addoption(
+        "--reference-models",
+        default="",
+        metavar="ID,ID",
+        help="re-check the recorded forward references (logits, trace: tests/references) of these "
+        "models only, of those selected (default: every selected model with weights; the live "
+        "tier's sample: noxfile.LIVE_REFERENCE_SAMPLE)",
+    )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
     group.addoption(
         "--report-name",

@@ -97,10 +97,13 @@ def user_model_id(session: SpecgateSession, spec: str) -> str:
 
 def forward_models(config: pytest.Config) -> list[str]:
     """Models with weights: the --model selection (a user's GGUF when it holds tensors),
-    else the default selection (specgate.run.selection)."""
+    else the default selection (specgate.run.selection); of those, the ``--reference-models``
+    sample when one is given (its ids are checked at start-up: ``usage.check_usage``)."""
     manifest = model_cache.load_manifest()
     model_of = config.stash[SESSION].model
-    return [m for m in selected_models(config) if has_weights(m, manifest, model_of)]
+    chosen = [m for m in selected_models(config) if has_weights(m, manifest, model_of)]
+    sample = {m.strip() for m in config.getoption("--reference-models").split(",") if m.strip()}
+    return [m for m in chosen if m in sample] if sample else chosen
 
 
 def has_weights(

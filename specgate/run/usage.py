@@ -37,6 +37,11 @@ def check_usage(config: pytest.Config) -> None:
         check(config.getoption("--impl"))
     except UnknownImpl as exc:
         raise pytest.UsageError(str(exc)) from None
+    sample = [m.strip() for m in config.getoption("--reference-models").split(",") if m.strip()]
+    if unknown_ids := [m for m in sample if not model_cache.is_known_id(m)]:
+        raise pytest.UsageError(
+            f"--reference-models: unknown model(s) {', '.join(unknown_ids)} (specgate models list)"
+        )
     session = config.stash[SESSION]
     explicit = config.getoption("--model")
     chosen, missing = (explicit, []) if explicit else selection.split_cached(selected_models(config))
