@@ -114,7 +114,8 @@ class Weights:
         if name in self._cache or self.cached_bytes + f32_bytes > self.budget_bytes:
             return None
         if self.store is not None and f32_bytes >= self.store.min_bytes:
-            key = self.store.key(info.ggml_type, info.shape, self.gguf.tensor_bytes(name))
+            raw, first_row = self.gguf.tensor_bytes(name), self.gguf.dequantize_rows(name, 0, 1)
+            key = self.store.key(info.ggml_type, info.shape, raw, first_row)
             wt = self.store.load(key, (info.shape[1], info.shape[0]))
             if wt is None:
                 wt = self.dequantize_transposed(name)

@@ -9,8 +9,10 @@ the same numbers, bit for bit (``tests/oracle/test_weights_store.py``), shared b
 processes through the page cache.
 
 A file is named by what it holds, not by where it came from: the SHA-256 of the layout
-version, the tensor's ggml type, its shape and its raw bytes. A changed file, another
-model or a newer layout is another name, never a stale answer; a file that does not
+version, the tensor's ggml type, its shape, its raw bytes and its first row as this
+process dequantizes it. A changed file, another model, a newer layout or another
+dequantization (a newer gguf-py; a test's planted dequantization bug, monkeypatched into
+one process) is another name, never a stale or a poisoned answer; a file that does not
 read back as the exact array expected (truncated, another shape, another dtype) is a
 miss and is written again. Files are written to a temporary name and renamed, so a
 reader never sees half of one; two processes storing the same matrix write the same
@@ -45,11 +47,14 @@ class WeightsStore:
         self.failed_writes = 0
 
     @staticmethod
-    def key(ggml_type: int, shape: tuple[int, ...], raw: np.ndarray) -> str:
-        """The name of a matrix's stored ``Wᵀ``: what it is computed from, hashed."""
+    def key(ggml_type: int, shape: tuple[int, ...], raw: np.ndarray, first_row: np.ndarray) -> str:
+        """The name of a matrix's stored ``Wᵀ``: what it is computed from (``raw``) and how
+        (``first_row``: row 0 as this process dequantizes it, float32), hashed."""
         h = hashlib.sha256(LAYOUT)
         h.update(f"|{int(ggml_type)}|{'x'.join(map(str, shape))}|".encode())
-        h.update(memoryview(raw))
+        h.update(memoryview(np.ascontiguousarray(raw)))
+        h.update(b"|row0|")
+        h.update(memoryview(np.ascontiguousarray(first_row, dtype=np.float32)))
         return h.hexdigest()
 
     def path(self, key: str) -> Path:

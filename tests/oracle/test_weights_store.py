@@ -74,17 +74,50 @@ def test_a_damaged_or_misshapen_stored_file_is_a_miss_and_is_written_again(tmp_p
     again, _ = logits(path, store)
     assert (store.hits, store.writes) == (len(files) - 2, 2)
     assert np.array_equal(again, plain)
-    assert WeightsStore(tmp_path).load(WeightsStore.key(0, (1,), np.zeros(4, np.uint8)), (1, 1)) is None
+    assert (
+        WeightsStore(tmp_path).load(WeightsStore.key(0, (1,), np.zeros(4, np.uint8), np.zeros(1)), (1, 1))
+        is None
+    )
 
 
-def test_another_content_is_another_name() -> None:
-    raw = np.arange(64, dtype=np.uint8)
-    key = WeightsStore.key(8, (4, 32), raw)
-    changed = raw.copy()
+def test_another_content_or_dequantization_is_another_name() -> None:
+    raw, row = np.arange(64, dtype=np.uint8), np.linspace(-1, 1, 32, dtype=np.float32)
+    key = WeightsStore.key(8, (4, 32), raw, row)
+    changed, other_row = raw.copy(), row.copy()
     changed[17] ^= 1
-    assert len({key, WeightsStore.key(8, (4, 32), changed), WeightsStore.key(2, (4, 32), raw),
-                WeightsStore.key(8, (8, 16), raw)}) == 4  # fmt: skip
-    assert WeightsStore.key(8, (4, 32), raw.copy()) == key
+    other_row[3] = np.nextafter(other_row[3], np.float32(2))
+    assert len({key, WeightsStore.key(8, (4, 32), changed, row), WeightsStore.key(2, (4, 32), raw, row),
+                WeightsStore.key(8, (8, 16), raw, row), WeightsStore.key(8, (4, 32), raw, other_row)}) == 5  # fmt: skip
+    assert WeightsStore.key(8, (4, 32), raw.copy(), row.copy()) == key
+
+
+def test_a_process_with_another_dequantization_neither_reads_nor_poisons_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test's planted dequantization bug (``tests/engines/mutants/forward_bugs.py
+    q4_0_interleaved`` patches gguf-py's ``quants.dequantize`` in its engine process) must
+    not read the store's right matrices, nor leave its wrong ones for the oracle."""
+    from gguf import quants
+    from gguf.constants import GGMLQuantizationType as T
+
+    path = gguf_path("tiny-qwen2-q4_0")
+    plain, _ = logits(path, WeightsStore(tmp_path, min_bytes=0))  # the store holds the right matrices
+    right = quants.dequantize
+
+    def interleaved(data: np.ndarray, qtype: T) -> np.ndarray:
+        out = right(data, qtype)
+        return out if qtype != T.Q4_0 else out.reshape(-1, 2, 16).transpose(0, 2, 1).reshape(out.shape)
+
+    monkeypatch.setattr(quants, "dequantize", interleaved)
+    planted, _ = logits(path, None)
+    patched_store = WeightsStore(tmp_path, min_bytes=0)
+    through_store, _ = logits(path, patched_store)
+    assert not np.array_equal(planted, plain), "the planted bug must change the logits"
+    assert np.array_equal(through_store, planted) and patched_store.hits == 0
+    monkeypatch.setattr(quants, "dequantize", right)
+    again_store = WeightsStore(tmp_path, min_bytes=0)
+    again, _ = logits(path, again_store)
+    assert np.array_equal(again, plain) and again_store.writes == 0
 
 
 def test_a_store_that_cannot_be_written_costs_time_never_an_answer(tmp_path: Path) -> None:

@@ -41,10 +41,17 @@ def test_record_trace(request, specgate, reference, forward_model_id):
     # One reference's weights at a time: transformers' first, then llama.cpp's tracing context.
     from_hf = {prompt_id: hf.trace(model, ids, points) for prompt_id, ids in prompts.items()}
     release_forward_weights(hf, model)
+    # a re-check reads the live references at the recorded columns (``trace_case``)
+    stored = (
+        {}
+        if snapshots.recording(request)
+        else snapshots.load(model, "trace", snapshots.root_of(request.config))
+    )
     cases: dict[str, Any] = {}
     for prompt_id, ids in prompts.items():
+        columns = stored[prompt_id]["output_columns"] if prompt_id in stored else None
         cases[prompt_id] = STAGES["trace"].build(
-            ids, meta, points, from_hf[prompt_id], llama.trace(model, ids, points)
+            ids, meta, points, from_hf[prompt_id], llama.trace(model, ids, points), columns=columns
         )
     llama.release_forward(model)
     snapshots.record(
