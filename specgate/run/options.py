@@ -42,9 +42,10 @@ def add_options(parser: pytest.Parser) -> None:
         "--reference-models",
         default="",
         metavar="ID,ID",
-        help="re-check the recorded forward references (logits, trace: tests/references) of these "
-        "models only, of those selected (default: every selected model with weights; the live "
-        "tier's sample: noxfile.LIVE_REFERENCE_SAMPLE)",
+        help="run the tests taking a model with weights (forward_model_id: the logits and trace "
+        "references' re-check, the tiny models' regeneration) for these models only, of those "
+        "selected (default: every selected model with weights; the live tier's sample: "
+        "noxfile.LIVE_REFERENCE_SAMPLE)",
     )
     group.addoption("--report-dir", default="reports", help="where parity reports are written")
     group.addoption(
