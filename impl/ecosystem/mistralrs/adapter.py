@@ -65,7 +65,7 @@ import mistralrs  # noqa: E402
 # The adapter runs as a script: its parent folder (impl/ecosystem/) holds the shared
 # specgate-jsonl/1 loop, jsonl_engine.py (stdlib only).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from jsonl_engine import BadRequest, Refusal, serve
+from jsonl_engine import BadRequest, Refusal, serve  # noqa: E402
 
 OPS = ["encode", "decode", "logits", "generate"]
 #: The candidates asked per position when the request asks for the full logits array.
@@ -80,22 +80,21 @@ _loaded: dict[str, Any] = {}
 def runner(model: dict[str, Any]) -> mistralrs.Runner:
     """The Runner of the request's model (loaded on first use; one model at a time)."""
     gguf = Path(model["gguf"])
+    if not model.get("weights", model.get("role") == "full-weights"):
+        raise Refusal(f"mistral.rs loads a tokenizer only with its model's weights: {model['id']} has none")
     if _loaded.get("gguf") == str(gguf):
         return _loaded["runner"]
-    if model.get("weights") is False or (
-        model.get("weights") is None and model.get("role") != "full-weights"
-    ):
-        raise Refusal(f"mistral.rs loads a tokenizer only with its model's weights: {model['id']} has none")
     if not gguf.is_file():
         raise BadRequest(f"missing GGUF {gguf}")
     _loaded.clear()  # drop the previous model before loading the next
-    template = Path(tempfile.mkdtemp(prefix="specgate-mistralrs-")) / "pass_through.jinja"
-    template.write_text(PASS_THROUGH, encoding="utf-8")
-    loaded = mistralrs.Runner(
-        which=mistralrs.Which.GGUF(quantized_model_id=str(gguf.parent), quantized_filename=gguf.name),
-        token_source="none",
-        jinja_explicit=str(template),
-    )
+    with tempfile.TemporaryDirectory(prefix="specgate-mistralrs-") as folder:  # read while loading
+        template = Path(folder) / "pass_through.jinja"
+        template.write_text(PASS_THROUGH, encoding="utf-8")
+        loaded = mistralrs.Runner(
+            which=mistralrs.Which.GGUF(quantized_model_id=str(gguf.parent), quantized_filename=gguf.name),
+            token_source="none",
+            jinja_explicit=str(template),
+        )
     _loaded.update(gguf=str(gguf), runner=loaded)
     return loaded
 
