@@ -22,13 +22,16 @@ What mistral.rs's Python API offers, and what the adapter therefore answers:
   only for the tokens it generates, so only the prompt's last position is answered: the
   answer is the protocol's named form (`unnamed`), the other positions left empty, and
   nothing claimed about candidates outside the named top-k;
-- `generate` (greedy only): a chat request on the prompt with `temperature=0`, `stop_seqs`,
-  `max_tokens` and `logprobs` (whose candidates carry ids: the generated ids are the
-  top-1 of each step). A sampled request is refused: mistral.rs draws from its own
-  generator (`Runner(seed=...)`), which cannot take specgate's draws. Penalties other
-  than none are refused: the request has no `penalty_last_n` window;
+- `generate` (greedy only): a plain-text completion request on the prompt with
+  `temperature=0`, `stop_seqs` and `max_tokens` gives the text and the finish reason; the
+  same request through the chat API, with `logprobs` (whose candidates carry ids), gives
+  the generated ids, the top-1 of each step (completions report no log-probs; a chat
+  reply's text has its leading whitespace trimmed, so it is not the stream's bytes). A
+  sampled request is refused: mistral.rs draws from its own generator
+  (`Runner(seed=...)`), which cannot take specgate's draws. Penalties other than none are
+  refused: the request has no `penalty_last_n` window;
 - prompts travel as text: the ids are spelled with `detokenize_text` and sent only when
-  `tokenize_text` gives them back exactly (else refused), and the chat response's
+  `tokenize_text` gives them back exactly (else refused), and each response's
   `usage.prompt_tokens` must be their number;
 - not offered (n/a): `render` — the Python API renders a model's chat template only inside
   a chat request and exposes neither the prompt nor its ids (`tokenize_text` takes plain
@@ -73,6 +76,8 @@ FULL_ARRAY_K = 1024
 #: A chat template that renders a one-message conversation as its content, unchanged.
 PASS_THROUGH = "{{ messages[0]['content'] }}"
 GREEDY_BELOW = 1e-6  # PROTOCOL.md 4.4: temperature < 1e-6 is the argmax
+#: mistral.rs's argmax (a temperature below 1e-7), no penalty.
+GREEDY = {"model": "specgate", "temperature": 0.0, "repetition_penalty": 1.0}
 
 _loaded: dict[str, Any] = {}
 
@@ -133,22 +138,26 @@ def prompt_text(engine: mistralrs.Runner, ids: list[int]) -> str:
 
 
 def chat(engine: mistralrs.Runner, ids: list[int], **params: Any) -> Any:
-    """A greedy chat request on the prompt ``ids`` (through the pass-through template)."""
-    text = prompt_text(engine, ids)
-    response = engine.send_chat_completion_request(
-        mistralrs.ChatCompletionRequest(
-            messages=[{"role": "user", "content": text}],
-            model="specgate",
-            temperature=0.0,
-            repetition_penalty=1.0,
-            logprobs=True,
-            **params,
-        )
+    """A greedy chat request on the prompt ``ids`` (through the pass-through template), with
+    log-probs: its choice."""
+    request = mistralrs.ChatCompletionRequest(
+        messages=[{"role": "user", "content": prompt_text(engine, ids)}], logprobs=True, **GREEDY, **params
     )
-    if response.usage.prompt_tokens != len(ids):
+    return answered(engine.send_chat_completion_request(request), len(ids), "chat")
+
+
+def complete(engine: mistralrs.Runner, ids: list[int], **params: Any) -> Any:
+    """A greedy plain-text completion of the prompt ``ids``: its choice."""
+    request = mistralrs.CompletionRequest(prompt=prompt_text(engine, ids), **GREEDY, **params)
+    return answered(engine.send_completion_request(request), len(ids), "completion")
+
+
+def answered(response: Any, n_ids: int, api: str) -> Any:
+    """The response's choice, once its prompt is checked to be the ``n_ids`` ids sent."""
+    if response.usage.prompt_tokens != n_ids:
         raise BadRequest(
-            f"the pass-through chat template gave a prompt of {response.usage.prompt_tokens} tokens, "
-            f"not the {len(ids)} ids sent (the adapter's prompt, not mistral.rs's forward)"
+            f"the {api} request's prompt was {response.usage.prompt_tokens} tokens, not the {n_ids} ids "
+            f"sent (the adapter's prompt, not mistral.rs's forward)"
         )
     return response.choices[0]
 
@@ -238,16 +247,15 @@ def generate(request: dict[str, Any]) -> dict[str, Any]:
             "mistral.rs's penalties take no penalty_last_n window: only unpenalized streams are gated"
         )
     stop = [stop_string(s) for s in params.get("stop", [])]
-    choice = chat(
-        runner(request["model"]),
-        [int(i) for i in request["ids"]],
-        max_tokens=int(params.get("max_tokens", 128)),
-        top_logprobs=1,
-        stop_seqs=stop or None,
-    )
-    steps = list(choice.logprobs.content or [])
+    engine, ids = runner(request["model"]), [int(i) for i in request["ids"]]
+    limits = {"max_tokens": int(params.get("max_tokens", 128)), "stop_seqs": stop or None}
+    # The stream's text and finish reason: a plain-text completion, the raw continuation (a chat
+    # reply's text has its leading whitespace trimmed). Its ids: the same greedy stream through
+    # the chat API, the only one with log-probs, whose candidates carry ids.
+    text_choice = complete(engine, ids, **limits)
+    choice = chat(engine, ids, top_logprobs=1, **limits)
     new = []
-    for step in steps:
+    for step in choice.logprobs.content or []:
         best = step.top_logprobs[0]
         if best.logprob != step.logprob:
             raise BadRequest(
@@ -255,7 +263,12 @@ def generate(request: dict[str, Any]) -> dict[str, Any]:
                 f"the adapter cannot name its id"
             )
         new.append(int(best.token))
-    text = choice.message.content or ""
+    if text_choice.finish_reason != choice.finish_reason:
+        raise BadRequest(
+            f"mistral.rs's completion ({text_choice.finish_reason}) and chat ({choice.finish_reason}) "
+            f"requests ended one greedy stream differently: the adapter cannot tell its answer"
+        )
+    text = text_choice.text or ""
     if choice.finish_reason == "length":
         reason = "length"
     elif choice.stop_sequence is not None:

@@ -30,9 +30,8 @@ from divergences import report  # noqa: E402
 DEFAULT_GGUF = (
     Path.home() / ".cache/specgate/models/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct.gguf"
 )
-#: The prompts of two generate cases (snapshots/qwen2.5-coder-0.5b-instruct/generate.json), as
-#: the text of their ids (llama.cpp's pieces, control tokens written out).
-CODE = "def fibonacci(n):\n"  # [750, 75698, 1445, 982]
+#: The prompt of a generate case (snapshots/qwen2.5-coder-0.5b-instruct/generate.json), as
+#: the text of its ids (llama.cpp's pieces, control tokens written out).
 RARE = "<|im_start|>user\nRepeat exactly: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ✓ ꙮ<|im_end|>\n<|im_start|>assistant\n"  # 27 ids
 
 
@@ -103,21 +102,6 @@ def divergences(runner: mistralrs.Runner) -> list[tuple[str, Any, Any]]:
             # by the stop string ("stop" in OpenAI's terms; generate.json, case
             # stop-after-split-character/rare-characters: the expected answer)
             ("1. 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ".encode(), "stop"),
-        ),
-        (
-            "the completion's leading whitespace is trimmed: max_tokens=2, stop '   i'",
-            complete(runner, CODE, 4, 2, ["   i"]),
-            # llama.cpp's greedy ids [262, 421] ('   ', ' if') cut where '   i' starts, by the stop
-            # string
-            # (generate.json, case stop-straddle/code: the expected answer)
-            (b" ", "stop"),
-        ),
-        (
-            "the completion's leading whitespace is trimmed: max_tokens=1",
-            complete(runner, CODE, 4, 1, None),
-            # llama.cpp's and transformers' first greedy id is 262, three spaces (generate.json,
-            # case greedy/code)
-            (b"   ", "length"),
         ),
     ]
 
