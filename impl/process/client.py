@@ -488,10 +488,18 @@ def _check_result(op: str, fields: dict[str, Any], result: Any, n_vocab: int | N
 
 
 def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
-    """A full array, or the top-k form expanded; rows, width and finiteness checked."""
+    """A full array, or the top-k form expanded; rows, width and finiteness checked. A
+    top-k form with ``unnamed`` stays the named log-probabilities (PROTOCOL.md 4.3), its
+    rows counted here and the rest judged by ``specgate.checks.logit_named.well_formed``."""
     n_vocab = bounds.model_n_vocab(args["model"].gguf)
     if isinstance(result, dict) and "top_k" in result:
         result = wire.expand_top_k(result["top_k"], n_vocab)
+    if isinstance(result, NamedLogprobs):
+        if len(result) != len(args["ids"]):
+            raise EngineError(
+                f"answer field logits has {len(result)} rows; expected {len(args['ids'])} (one per id)"
+            )
+        return result
     return bounds.check_logit_rows(result, len(args["ids"]), n_vocab)
 
 

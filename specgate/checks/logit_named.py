@@ -10,6 +10,9 @@ how that remainder is split; each position is judged on the ids the engine named
       KL(p ‖ q) >= Σ_named p_i log(p_i / q_i) + p_rest log(p_rest / q_rest)
 
   so the gate can under-estimate the divergence, never invent one.
+* a position where the engine names no candidate at all (an engine that reports log-probs
+  only for some positions) is not judged: it counts as an unnamed top-1 and stays out of
+  the mean KL, which it would otherwise dilute with a bound of 0.
 * top-1: the engine's top candidate is known when its best named id b has at least
   the unnamed mass u (no unnamed candidate can beat it); it is known *not* to be the
   reference's top r when the engine named r below another named id. Otherwise the
@@ -62,6 +65,9 @@ def compare_named(
     kl, max_abs, agree, ties, unnamed_top1, bad = [], 0.0, 0, 0, 0, []
     for t, pos in enumerate(positions):
         named = got.row(int(pos))
+        if not named:  # nothing said about this position: neither judged nor averaged in
+            unnamed_top1 += 1
+            continue
         q_named = {i: float(np.exp(v)) for i, v in named.items()}
         u = max(0.0, 1.0 - sum(q_named.values()))
         both = [j for j, i in enumerate(ref_ids[t].tolist()) if i in named]
@@ -97,8 +103,8 @@ def compare_named(
     return Comparison(
         positions=len(positions),
         max_abs_dlogit=max_abs,
-        kl_mean=float(np.mean(kl)),
-        kl_max=float(np.max(kl)),
+        kl_mean=float(np.mean(kl)) if kl else 0.0,
+        kl_max=float(np.max(kl)) if kl else 0.0,
         top1_agree=agree / judged if judged else 0.0,
         near_ties=ties,
         disagreements=bad,

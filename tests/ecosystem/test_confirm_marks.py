@@ -209,14 +209,26 @@ def test_each_engine_confirm_entry_names_exactly_one_cause(
     """Each [[confirm.groups]] entry of impl/ecosystem/: a diagnosis names exactly one of the
     diagnosed group shapes of its stage; each case it names is a case of the corpus (so a
     report's group can hold it, and one group only); no two entries of an engine name one cause."""
-    from specgate.run.triage import case_input
+    from specgate import stages
+    from specgate.run.triage import REPLAYABLE, case_input
+    from specgate.upkeep.recorded_cases import recorded_case
 
     if entry.diagnosis:
         assert sum(covers(entry, g) for g in group_shapes(entry.stage)) == 1, entry
     for case in entry.cases:
         model, _, case_id = case.partition("/")
+        # a conformance class's row names its cases as the gate's node ids do: `<case>-<class>`
+        _, _, conformance_class = entry.stage.partition("/")
+        if conformance_class:
+            assert case_id.endswith(f"-{conformance_class}"), f"{engine}: {case} lacks -{conformance_class}"
+            case_id = case_id.removesuffix(f"-{conformance_class}")
         record = SimpleNamespace(stage=entry.stage, model=model, case=case_id)
-        assert case_input(record) is not None, f"{engine}: {case} is no {entry.stage} case of the corpus"
+        found = (
+            case_input(record)
+            if entry.stage in REPLAYABLE
+            else recorded_case(record, stages.stage_of(entry.stage).snapshot)
+        )
+        assert found is not None, f"{engine}: {case} is no {entry.stage} case of the corpus"
     spec = EngineSpec.load(ecosystem.spec.ECOSYSTEM_DIR / engine)
     others = [e for i, e in enumerate(spec.confirm_groups, 1) if i != number]
     assert all(

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from impl.named_logprobs import NamedLogprobs
 from impl.process.client import CmdEngine
 from impl.protocol import CAPABILITIES, EngineError, ModelRef, Unsupported
 from specgate.checks import render as render_check
@@ -347,3 +348,38 @@ def test_session_ops_travel_the_wire_with_the_session_s_model_sizing_the_answer(
         if top_k == 0:  # a NaN in the row is a broken answer (the top-k form cannot carry one)
             with pytest.raises(EngineError, match=r"logits\[0\]\[2\] is .*nan.*must be finite"):
                 engine.session_append(engine.session_open(MODEL), [5])
+
+
+#: An engine whose logits name two candidates at the last position only (the top-k form with
+#: ``unnamed``, PROTOCOL.md 4.3, as the mistral.rs adapter answers); one row too many when
+#: the prompt starts with 9.
+NAMED_LOGITS_ENGINE = """import base64, json, struct, sys
+print(json.dumps({"protocol": "specgate-jsonl/1", "engine": "named", "version": "1",
+                  "capabilities": ["logits"]}), flush=True)
+def packed(dtype, code, shape, values):
+    data = struct.pack("<%d%s" % (len(values), code), *values)
+    return {"$array": {"dtype": dtype, "shape": shape, "b64": base64.b64encode(data).decode()}}
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "shutdown":
+        break
+    n = len(request["ids"]) + (request["ids"][0] == 9)
+    top = {"n_vocab": 8, "ids": packed("int32", "i", [n, 2], [-1, -1] * (n - 1) + [3, 7]),
+           "logits": packed("float32", "f", [n, 2], [0.0, 0.0] * (n - 1) + [-0.5, -2.0]),
+           "lse": packed("float64", "d", [n], [0.0] * n), "unnamed": "the last position only"}
+    print(json.dumps({"id": request["id"], "result": {"top_k": top}}), flush=True)
+"""
+
+
+def test_logits_naming_only_some_candidates_arrive_as_named_log_probs(tmp_path: Path) -> None:
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_LOGITS_ENGINE, encoding="utf-8")
+    engine = CmdEngine(shlex.join([sys.executable, str(script)]), timeout=20.0)
+    try:
+        got = engine.logits(MODEL, [1, 2, 3])
+        assert isinstance(got, NamedLogprobs) and got.unnamed == "the last position only"
+        assert got.row(0) == got.row(1) == {} and got.row(2) == {3: -0.5, 7: -2.0}
+        with pytest.raises(EngineError, match=r"answer field logits has 4 rows; expected 3 \(one per id\)"):
+            engine.logits(MODEL, [9, 2, 3])
+    finally:
+        engine.close()

@@ -31,6 +31,7 @@ ECOSYSTEM = ROOT / "impl" / "ecosystem"
 ECOSYSTEM_ENGINE_IMPORTS = {
     "minijinja": {"minijinja"},
     "tokie": {"tokie"},
+    "mistralrs": {"mistralrs"},
     "llama_cpp_server": {"llama_cpp"},
     "llama_cpp_chat_format": {"llama_cpp"},
     "llama_cpp_builtin_template": {"llama_cpp"},
