@@ -17,11 +17,13 @@ read back as the exact array expected (truncated, another shape, another dtype) 
 miss and is written again. Files are written to a temporary name and renamed, so a
 reader never sees half of one; two processes storing the same matrix write the same
 bytes. A store that cannot be written (read-only, full) only costs the time it would
-have saved: ``failed_writes`` counts it.
+have saved: ``failed_writes`` counts it. The folder is bounded (``max_bytes``): after a
+write the least recently used files (a hit touches its file) are deleted until it fits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -34,14 +36,17 @@ LAYOUT = b"oracle.weights Wt [in, out] float32 C v1"
 #: The smallest matrix (float32 bytes) worth a file: below it, dequantizing costs less than
 #: opening one (the 0.5B's 896 x 128 key and value matrices are 0.46 MB).
 MIN_BYTES = 1 << 18
+#: The folder's bound: two 0.5B-sized models (1.9 GB each) and every tiny model, with room.
+MAX_BYTES = 8 << 30
 
 
 class WeightsStore:
     """A folder of dequantized, transposed matrices named by their content."""
 
-    def __init__(self, folder: str | Path, min_bytes: int = MIN_BYTES) -> None:
+    def __init__(self, folder: str | Path, min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> None:
         self.folder = Path(folder)
         self.min_bytes = min_bytes
+        self.max_bytes = max_bytes
         self.hits = 0
         self.writes = 0
         self.failed_writes = 0
@@ -70,6 +75,8 @@ class WeightsStore:
         if wt.dtype != np.float32 or wt.shape != shape or not wt.flags.c_contiguous:
             return None
         self.hits += 1
+        with contextlib.suppress(OSError):
+            os.utime(self.path(key))  # used now: the last to go when the folder is trimmed
         return wt
 
     def save(self, key: str, wt: np.ndarray) -> None:
@@ -89,3 +96,21 @@ class WeightsStore:
             self.failed_writes += 1
             return
         self.writes += 1
+        self.trim(keep=target)
+
+    def trim(self, keep: Path) -> None:
+        """Delete the least recently used files (not ``keep``) until the folder fits ``max_bytes``."""
+        files = []
+        for path in self.folder.glob("*/*.npy"):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.max_bytes:
+                break
+            if path != keep:
+                path.unlink(missing_ok=True)  # a process mapping it keeps its pages until it lets go
+                total -= size

@@ -8,6 +8,8 @@ never change an answer — only what it costs.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -130,3 +132,21 @@ def test_a_store_that_cannot_be_written_costs_time_never_an_answer(tmp_path: Pat
     assert store.writes == 0 and store.failed_writes == stored_matrices(path, MIN_BYTES) == 1
     assert np.array_equal(got, plain)
     assert not list(tmp_path.rglob("*.part")), "no half-written file left behind"
+
+
+def test_the_store_is_bounded_and_keeps_what_was_used_last(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    store = WeightsStore(tmp_path, min_bytes=0, max_bytes=3 * 4096 * 4 + 3 * 4096)  # three 64x64 files fit
+    keys = []
+    for i in range(3):
+        keys.append(WeightsStore.key(0, (64, 64), np.full(8, i, np.uint8), np.zeros(64)))
+        store.save(keys[-1], rng.standard_normal((64, 64), dtype=np.float32))
+    old = time.time() - 100
+    for n, key in enumerate(keys):  # written in this order, long ago
+        os.utime(store.path(key), (old + n, old + n))
+    assert store.load(keys[0], (64, 64)) is not None  # used again: now the most recent
+    fourth = WeightsStore.key(0, (64, 64), np.full(8, 9, np.uint8), np.zeros(64))
+    store.save(fourth, rng.standard_normal((64, 64), dtype=np.float32))
+    present = [store.path(k).exists() for k in (*keys, fourth)]
+    assert present == [True, False, True, True], present  # the least recently used went
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*.npy")) <= store.max_bytes
