@@ -1,5 +1,6 @@
 """What the Python `confirm.py` scripts under `impl/ecosystem/` share: the report of
-each hand reproduction against its reference literal. Standard library only (a confirm
+each hand reproduction against its reference literal, and ``attempt`` (a call's value or
+the exception it raised, a Rust panic included). Standard library only (a confirm
 script uses its engine's public API and nothing of specgate); the scripts run as
 scripts, so each puts its parent folder on `sys.path` before `import divergences`.
 The JavaScript scripts' twin is `divergences.mjs`.
@@ -7,7 +8,7 @@ The JavaScript scripts' twin is `divergences.mjs`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -22,3 +23,13 @@ def report(rows: Iterable[tuple[str, Any, Any]], engine: str, reference: str) ->
         verdict = "REPRODUCES" if reproduces else "GONE"
         print(f"{verdict}: {what}: {engine} {got!r} vs {reference} {expected!r}")
     return 0 if still else 1
+
+
+def attempt(call: Callable[[], Any]) -> Any:
+    """The call's value, or the name of the exception (a Rust panic included) it raised."""
+    try:
+        return call()
+    except BaseException as exc:  # pyo3's PanicException is a BaseException
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"

@@ -117,3 +117,24 @@ def assert_entries_reproduce(engine: str, stdout: str) -> None:
     spec = EngineSpec.load(ECOSYSTEM_DIR / engine)
     said = {n: verdicts(run, n) for e in spec.confirm_groups for n in e.divergences}
     assert said and set(said.values()) == {"REPRODUCES"}, (said, stdout)
+
+
+def confirm_on_the_real_model(engine: str) -> list[str]:
+    """Run ``impl/ecosystem/<engine>/confirm.py --model`` on the cached 0.5B model (skipped,
+    saying why, when it is not cached); its exit status must be 0; its output lines."""
+    import subprocess
+    import sys
+
+    from specgate.ecosystem.spec import ECOSYSTEM_DIR
+    from specgate.supply import models as model_cache
+
+    try:
+        gguf = model_cache.model_ref("qwen2.5-coder-0.5b-instruct").gguf
+    except model_cache.ModelError as exc:
+        engine_unavailable(str(exc))
+    script = ECOSYSTEM_DIR / engine / "confirm.py"
+    run = subprocess.run(
+        [sys.executable, str(script), "--model", str(gguf)], capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
+    return run.stdout.splitlines()

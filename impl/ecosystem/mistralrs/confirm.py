@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import mistralrs  # noqa: E402
 # This runs as a script: its parent folder (impl/ecosystem/) holds the shared
 # report of the confirm scripts, divergences.py (stdlib only).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from divergences import report  # noqa: E402
+from divergences import attempt, report  # noqa: E402
 
 DEFAULT_GGUF = (
     Path.home() / ".cache/specgate/models/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct.gguf"
@@ -35,14 +34,6 @@ DEFAULT_GGUF = (
 RARE = "<|im_start|>user\nRepeat exactly: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ✓ ꙮ<|im_end|>\n<|im_start|>assistant\n"  # 27 ids
 
 
-def attempt(call: Callable[[], Any]) -> Any:
-    """The call's value, or the name of the exception (a Rust panic included) it raised."""
-    try:
-        return call()
-    except BaseException as exc:  # pyo3's PanicException is a BaseException
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
 def complete(

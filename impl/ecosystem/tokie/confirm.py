@@ -11,7 +11,6 @@ downloads beside `qwen3-vocab`); pass another path as the first argument.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +19,11 @@ import tokie
 # This runs as a script: its parent folder (impl/ecosystem/) holds the shared
 # report of the confirm scripts, divergences.py (stdlib only).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from divergences import report
+from divergences import attempt, report
 
 DEFAULT_TOKENIZER = Path.home() / ".cache/specgate/models/qwen3-vocab/tokenizer.json"
 
 
-def attempt(call: Callable[[], Any]) -> Any:
-    """The call's value, or the name of the exception (a Rust panic included) it raised."""
-    try:
-        return call()
-    except BaseException as exc:  # pyo3's PanicException is a BaseException
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
 
 
 def divergences(tok: tokie.Tokenizer) -> list[tuple[str, Any, Any]]:
