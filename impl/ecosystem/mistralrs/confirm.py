@@ -34,8 +34,6 @@ DEFAULT_GGUF = (
 RARE = "<|im_start|>user\nRepeat exactly: 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 ✓ ꙮ<|im_end|>\n<|im_start|>assistant\n"  # 27 ids
 
 
-
-
 def complete(
     runner: mistralrs.Runner, prompt: str, n_ids: int, max_tokens: int, stop: list[str] | None
 ) -> tuple[bytes, str]:

@@ -24,8 +24,6 @@ from divergences import attempt, report
 DEFAULT_TOKENIZER = Path.home() / ".cache/specgate/models/qwen3-vocab/tokenizer.json"
 
 
-
-
 def divergences(tok: tokie.Tokenizer) -> list[tuple[str, Any, Any]]:
     """(what, tokie's answer, the references' answer) per divergence."""
     return [
