@@ -18,7 +18,9 @@ For each (stage, model) row with failing cases of a stage the catalogue covers:
 
 "The engine's answer" is the deviated oracle's exactly for the tokenizer and render
 stages; for logits it is the same when it meets the case's conformance class with the
-deviated oracle as its reference (a catalogue's ``same``, ``specgate.diagnose.forward``).
+deviated oracle as its reference (a catalogue's ``same``, ``specgate.diagnose.forward``),
+and for the state stages when every judged point does and the session held the same
+counts (``specgate.diagnose.state``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from specgate.diagnose import forward, generate, render, sampler, tokenizer
+from specgate.diagnose import forward, generate, render, sampler, state, tokenizer
 from specgate.diagnose.tokenizer import Hypothesis, of_stage
 from specgate.outcomes.gate import NotApplicable, ReferenceDisagreement, Refused
 
@@ -47,6 +49,7 @@ CATALOGUES: dict[str, ModuleType] = {
     "sample": sampler,
     "generate/exact": generate,
     "generate/quantized": generate,
+    **{row: state for row in state.STATE_ROWS.split(",")},
 }
 DIAGNOSABLE_ROWS = tuple(CATALOGUES)
 

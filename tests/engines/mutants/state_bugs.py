@@ -15,6 +15,10 @@ each on the right stage (``tests/engines/test_state_mutants.py``):
                            the last cached key and value as zeros: the attention bug of a
                            chunked prefill at the chunk boundary (``state_incremental``: the
                            uneven chunks only; one token at a time and whole are right)
+* ``noisy_append``         a look-alike of no state bug: an append after cached tokens answers
+                           its logits plus seeded noise (σ 0.01: beyond the exact tolerance,
+                           within the quantized class) — it fails where the position bug does,
+                           and no state diagnosis may name it
 
 Every other op is the oracle's, untouched: the logits stage passes on each.
 """
@@ -45,6 +49,16 @@ class SessionsShared(OracleEngine):
             self._sessions[sid] = self.last
         self.last = self._sessions[sid]
         return sid
+
+
+class NoisyAppend(OracleEngine):
+    def session_append(self, session: str, ids: list[int]) -> dict[str, Any]:
+        held = len(self._session(session))
+        answer = super().session_append(session, ids)
+        if held:  # the look-alike: after cached tokens, the right logits plus noise
+            noise = np.random.default_rng(held).normal(0.0, 0.01, answer["logits"].shape)
+            answer["logits"] = answer["logits"] + noise.astype(np.float32)
+        return answer
 
 
 def position_off_by_one() -> None:
@@ -82,6 +96,7 @@ PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
     "position_off_by_one": (OracleEngine, position_off_by_one),
     "sessions_shared": (SessionsShared, lambda: None),
     "chunk_boundary": (OracleEngine, chunk_boundary),
+    "noisy_append": (NoisyAppend, lambda: None),
 }
 
 

@@ -1,0 +1,335 @@
+"""The state stages' catalogue: known deviations applied to the oracle's sessions.
+
+A failing ``state_incremental`` or ``state_conversation`` case is played again, on the
+engine and on the oracle's sessions (``oracle.session.Session``) with one *knob* of what
+an engine keeps between requests deviated — each a classic defect of a KV cache:
+
+* ``no_truncate=True``        ``session_truncate`` answers ``n`` but the cache keeps its
+                              KV (and its count): across a template drift or a token seam
+                              the new turn is appended after the past render's stale KV
+* ``sessions_shared=True``    a new session is the last one, uncleared: it starts with the
+                              tokens the last session held when it was closed
+* ``rope_shift=1``            a block appended after cached tokens is rotated by RoPE one
+                              position too far (its mask and the cache are right)
+* ``boundary_kv_zero=True``   a block of several tokens appended after cached tokens reads
+                              the last cached key and value as zeros: the attention bug of a
+                              chunked prefill at the chunk boundary
+
+The first two are the session's (``Deviated``, the oracle's session ops with the knob);
+the last two the forward's (``SessionModel``: ``forward.DeviatedModel``, the oracle's
+forward rebuilt from its own parts, with the RoPE angles or the attention's keys and
+values of an append after cached tokens deviated). With no knob the sessions compute
+what the oracle's do; the oracle itself is untouched.
+
+**Played the same way.** An engine's answer and each deviated oracle's are what the
+state gate reads (``specgate.checks.state``: ``play_incremental`` / ``play_conversation``
+— the logits row at each judged point and what the session held wrongly there), after
+one *priming* session: opened, emptied (``session_truncate`` to 0), handed the case's
+first ``PRIMER`` tokens, closed. A correct engine's next session is new and empty; one
+whose sessions share their KV starts the case holding exactly those tokens — whatever
+the engine served before — so the same case gives the same answer every time it is asked.
+
+An answer is *the same* as another when every judged point's row meets the case's
+conformance class against the other's (``specgate.checks.state.judge_row``, the gate's
+check: ``exact`` max |Δlogit|, ``quantized`` KL and top-1) and the session held the same
+counts (the same ``held`` messages). A case the engine *passed* in the run does not
+contradict ``sessions_shared``: its session may have been the engine's first, with
+nothing to inherit (``applies``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from impl.protocol import Engine
+from oracle import rope
+from specgate.checks import logits as logits_check
+from specgate.checks import state as state_check
+from specgate.diagnose.forward import DeviatedModel, topk_record
+from specgate.diagnose.tokenizer import Hypothesis, _h
+
+STATE_ROWS = ",".join(
+    f"{stage}/{conformance_class}"
+    for stage in ("state_incremental", "state_conversation")
+    for conformance_class in ("exact", "quantized")
+)
+#: Tokens of the case the priming session holds when it is closed.
+PRIMER = 4
+TOP_K = 64  # the top-k a deviated answer keeps as a reference, as in the snapshots
+#: answers of one model kept (a case's rows are asked by both classes): a judged point is one
+#: row of n_vocab float32 (0.6 MB on the Qwen vocabularies), a case up to 8 of them.
+MAX_ANSWER_BYTES = 128 << 20
+#: What the evidence of a diagnosis says the deviated answers were compared with.
+REFERENCE = (
+    "the oracle's sessions played the same way (oracle.session.Session, whose logits after any chunking "
+    "are the one-shot prefill's within the class)"
+)
+
+
+# ---------------------------------------------------------------------------
+# the sessions with knobs
+
+
+class SessionModel(DeviatedModel):
+    """The oracle's forward for a session (the last position's logits of each append),
+    with the forward knobs of a state deviation applied (none: the oracle's own)."""
+
+    def __init__(self, gguf: Any, knobs: Mapping[str, Any], weights: Any) -> None:
+        super().__init__(gguf, knobs, weights)
+        self.keep = slice(-1, None)  # a session reads the last position's logits only
+
+    def _attention_block(
+        self, i: int, x: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray
+    ) -> np.ndarray:
+        shift = int(self.knobs.get("rope_shift", 0))
+        if shift and positions[0] > 0:  # appended after cached tokens: rotated `shift` positions too far
+            cos, sin = rope.rope_angles(positions + shift, self.hparams.head_dim, self.hparams.rope_base)
+        return super()._attention_block(i, x, positions, cos, sin)
+
+    def _attend(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        start = int(positions[0])
+        if self.knobs.get("boundary_kv_zero") and q.shape[1] > 1 and start > 0:
+            k, v = k.copy(), v.copy()  # the cache's own arrays stay right
+            k[:, start - 1] = 0.0
+            v[:, start - 1] = 0.0
+        return super()._attend(q, k, v, positions)
+
+
+class Deviated(Engine):
+    """The oracle's sessions (``oracle.session.Session`` over a ``SessionModel``) with the
+    knobs applied, answering the session ops as an engine does."""
+
+    name = "oracle"
+    capabilities = frozenset({"session"})
+    classes = frozenset({"exact", "quantized"})
+
+    def __init__(self, m: ModelSessions, knobs: Mapping[str, Any]) -> None:
+        self.m, self.knobs = m, dict(knobs)
+        self.sessions: dict[str, Any] = {}
+        self.last: Any = None
+        self.opened = 0
+
+    def session_open(self, model: Any) -> str:
+        from oracle.session import Session
+
+        self.opened += 1
+        sid = f"s{self.opened}"
+        shared = self.knobs.get("sessions_shared") and self.last is not None
+        self.sessions[sid] = self.last if shared else Session(self.m.session_model(self.knobs))
+        self.last = self.sessions[sid]
+        return sid
+
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        n_past, row = self.sessions[session].append(ids)
+        return {"n_past": n_past, "logits": row}
+
+    def session_truncate(self, session: str, n: int) -> int:
+        if self.knobs.get("no_truncate"):
+            return n  # answered, not done: the KV and the count stay
+        return self.sessions[session].truncate(n)
+
+    def session_close(self, session: str) -> None:
+        self.sessions.pop(session, None)
+
+
+def first_ids(inp: Mapping[str, Any]) -> list[int]:
+    """The ids a case starts with (its prompt; its first turn's render)."""
+    data = inp["data"]
+    return list(data["ids"] if "ids" in data else data["turns"][0]["ids"])
+
+
+def primed(engine: Any, model: Any, inp: Mapping[str, Any]) -> None:
+    """The priming session: opened, emptied, handed the case's first ``PRIMER`` tokens, closed."""
+    from specgate.outcomes.gate import call
+
+    session = str(call(engine, "session", model, method="session_open"))
+    try:
+        call(engine, "session", session, 0, method="session_truncate")
+        call(engine, "session", session, first_ids(inp)[:PRIMER], method="session_append")
+    finally:
+        call(engine, "session", session, method="session_close")
+
+
+def played(engine: Any, model: Any, model_id: str, inp: Mapping[str, Any]) -> StateAnswer:
+    """The case played on ``engine`` after the priming session, as the state gate plays it."""
+    primed(engine, model, inp)
+    data = inp["data"]
+    if inp["stage"] == "state_incremental":
+        p = state_check.play_incremental(engine, model, data)
+        return StateAnswer(model_id, [list(data["ids"])], p.rows, p.held)
+    p = state_check.play_conversation(engine, model, data)
+    return StateAnswer(model_id, [list(t["ids"]) for t in data["turns"]], p.rows, p.held)
+
+
+# ---------------------------------------------------------------------------
+# answers and their comparison
+
+
+@dataclass(eq=False)
+class StateAnswer:
+    """What the state gate reads of one case: per judged point (the prompt's end; each
+    turn) the ids judged, the last position's logits and what the session held wrongly."""
+
+    model_id: str
+    points: list[list[int]]
+    rows: list[np.ndarray]
+    held: list[str | None]
+    _records: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def record(self, k: int) -> dict[str, Any]:
+        """Point ``k``'s row as a reference: its top-k (``forward.topk_record``)."""
+        if k not in self._records:
+            self._records[k] = topk_record(np.asarray(self.rows[k], dtype=np.float32)[None], TOP_K)
+        return self._records[k]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(np.asarray(r).nbytes) for r in self.rows)
+
+
+def judged(stage: str, reference: StateAnswer, got: StateAnswer) -> list[tuple[str | None, Any]]:
+    """The class's check of ``got`` at each judged point with ``reference``'s row as the
+    reference (``specgate.checks.state.judge_row``): (why not, or None; the comparison)."""
+    conformance_class = stage.partition("/")[2]
+    return [
+        state_check.judge_row(
+            conformance_class, reference.model_id, ids, reference.record(k), np.asarray(row, dtype=np.float32)
+        )
+        for k, (ids, row) in enumerate(zip(reference.points, got.rows, strict=False))
+    ]
+
+
+def same(stage: str, reference: Any, got: Any) -> bool:
+    """Whether ``got`` meets the conformance class of ``stage`` against ``reference`` at
+    every judged point, its session holding the same counts."""
+    if len(got.rows) != len(reference.rows) or got.held != reference.held:
+        return False
+    return all(failure is None for failure, _ in judged(stage, reference, got))
+
+
+def measured(stage: str, triples: Sequence[tuple[Any, Any, Any]]) -> str:
+    """What the evidence says was measured over (deviated, engine, spec'd oracle) answers."""
+    to_deviated = [
+        c for deviated, got, _ in triples for _, c in judged(stage, deviated, got) if c is not None
+    ]
+    to_spec = [c for _, got, spec in triples for _, c in judged(stage, spec, got) if c is not None]
+    if not to_deviated or not to_spec:
+        return "with the same session counts at every judged point"
+    if stage.endswith("/exact"):
+        tol = logits_check.exact_tolerance(triples[0][0].model_id)
+        return (
+            f"with the same session counts and, at every judged point, within the exact class's tolerance "
+            f"(max |Δlogit| ≤ {tol:g}): measured max |Δlogit| {max(c.max_abs_dlogit for c in to_deviated):.3g}, "
+            f"against the spec'd oracle {max(c.max_abs_dlogit for c in to_spec):.3g}"
+        )
+    return (
+        f"with the same session counts and, at every judged point, within the quantized class's bounds (KL ≤ "
+        f"{logits_check.QUANTIZED_KL_MEAN:g}, top-1 ≥ {logits_check.QUANTIZED_TOP1:g}): measured worst KL "
+        f"{max(c.kl_mean for c in to_deviated):.3g}, top-1 {min(c.top1_agree_ties_excused for c in to_deviated):.3f}; "
+        f"against the spec'd oracle KL {max(c.kl_mean for c in to_spec):.3g}"
+    )
+
+
+# ---------------------------------------------------------------------------
+# the catalogue module's interface (``specgate.diagnose.diagnoser``)
+
+
+@dataclass
+class ModelSessions:
+    """One model's deviated sessions, on the weights of the oracle's own loaded forward."""
+
+    model: Any
+    gguf: Any
+    weights: Any
+    _answers: dict[tuple[Any, ...], StateAnswer] = field(default_factory=dict)
+    _answer_bytes: int = 0
+
+    def session_model(self, knobs: Mapping[str, Any]) -> SessionModel:
+        return SessionModel(self.gguf, knobs, self.weights)
+
+    def answer(self, inp: Mapping[str, Any], knobs: Mapping[str, Any]) -> StateAnswer:
+        key = (inp["stage"], inp["case"], tuple(sorted(knobs.items())))
+        if key in self._answers:
+            return self._answers[key]
+        found = played(Deviated(self, knobs), self.model, self.model.id, inp)
+        if self._answer_bytes + found.nbytes <= MAX_ANSWER_BYTES:
+            self._answers[key] = found
+            self._answer_bytes += found.nbytes
+        return found
+
+
+def reference(model: Any) -> ModelSessions:
+    """The model's deviated sessions, on the weights of the oracle's own loaded forward
+    (``impl.oracle.loaded_forward_model``: one float32 copy for the oracle engine too)."""
+    from impl.oracle import loaded_forward_model
+
+    plain = loaded_forward_model(model.gguf)
+    return ModelSessions(model, plain.weights.gguf, plain.weights)
+
+
+def answer(stage: str, m: ModelSessions, inp: Mapping[str, Any], knobs: Mapping[str, Any]) -> StateAnswer:
+    return m.answer(inp, knobs)
+
+
+def applies(stage: str, m: ModelSessions, inp: Mapping[str, Any], knobs: Mapping[str, Any]) -> bool:
+    """Whether the deviation can show on the case: a truncate (a conversation that drops
+    KV), an append after cached tokens (of several tokens, for the boundary), a case the
+    engine failed (a session inherited from an earlier one shows only after one)."""
+    data = inp["data"]
+    if "ids" in data:  # incremental: appends of these sizes, never a truncate
+        appends, truncates = list(data["chunks"]), False
+    else:
+        turns = data["turns"]
+        appends, truncates = [len(t["ids"]) - t["keep"] for t in turns], any(t["drop"] > 0 for t in turns)
+    return not (
+        (knobs.get("no_truncate") and not truncates)
+        or (knobs.get("sessions_shared") and inp["gated"] == "pass")
+        or (knobs.get("rope_shift") and len(appends) < 2)
+        or (knobs.get("boundary_kv_zero") and not any(n > 1 for n in appends[1:]))
+    )
+
+
+def case_input(record: Any) -> dict[str, Any] | None:
+    """A state record's case, from the snapshot it was gated on, and how it was gated."""
+    from specgate.upkeep.recorded_cases import recorded_case
+
+    stage = record.stage.partition("/")[0]
+    case = recorded_case(record, stage)  # under the snapshot root the record carries
+    if not isinstance(case, Mapping) or not ("ids" in case or case.get("turns")):
+        return None
+    return {"stage": stage, "case": record.case, "gated": record.outcome, "data": case}
+
+
+def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> StateAnswer:
+    """The engine's answers on the case, played after the priming session (an exception
+    where it refuses)."""
+    from specgate.outcomes.gate import not_applicable
+
+    if stage.partition("/")[2] not in engine.classes:
+        not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")
+    got = played(engine, model, model.id, inp)
+    for row in got.rows:
+        if row.ndim != 1 or not np.isfinite(row).all():
+            raise ValueError(f"a last position's logits are not a finite row (shape {row.shape})")
+    return got
+
+
+CATALOGUE: tuple[Hypothesis, ...] = (
+    *_h("no_truncate", STATE_ROWS,
+        "keeps the KV a truncate drops: session_truncate answers n but the cache keeps the past render's "
+        "tokens, so after a template drift or a token seam the new turn is appended after stale KV",
+        no_truncate=True),
+    *_h("sessions_shared", STATE_ROWS,
+        "hands a new session the last session's KV uncleared: a session opened after another starts "
+        "with the tokens the other held", sessions_shared=True),
+    *_h("position_off_by_one", STATE_ROWS,
+        "rotates a block appended after cached tokens one position too far (RoPE at position p + 1): "
+        "the positions after an append are off by one", rope_shift=1),
+    *_h("chunk_boundary", STATE_ROWS,
+        "loses the last cached key and value at a chunk boundary: a block of several tokens appended "
+        "after cached tokens attends to that position's key and value as zeros", boundary_kv_zero=True),
+)  # fmt: skip
