@@ -8,7 +8,8 @@ deviation applied to it (``tokenizer.py``: the tokenizer stages; ``render.py``: 
 chat-template environment and what a template is handed; ``forward.py``: the forward
 pass, for logits — there "the engine's answer" means within the case's conformance class;
 ``sampler.py``: the sampler chain's order and steps; ``generate.py``: the decode loop's
-stop and stream steps). After a run, the
+stop and stream steps; ``state.py``: the sessions' KV cache — a truncate kept, sessions
+sharing one KV, positions after an append, the chunk boundary). After a run, the
 failing cases of each (stage, model) row are put to the engine again and to every
 hypothesis of that stage (``run.py``); a hypothesis is a *diagnosis* only for the
 cases on which the deviated oracle gives exactly the engine's answer (and not the

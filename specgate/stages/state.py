@@ -11,7 +11,9 @@ prefill.
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
 held to the logits snapshot's references first). A failing case is not shrunk or replayed
-(no ``replay``): its ids only make sense with its chunks or turns.
+(no ``replay``): its ids only make sense with its chunks or turns; it is diagnosed
+(``specgate.diagnose.state``: played again with a classic KV-cache defect applied to the
+oracle's sessions).
 """
 
 from __future__ import annotations

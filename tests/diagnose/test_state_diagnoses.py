@@ -141,7 +141,7 @@ def test_the_oracle_fails_no_state_case_and_its_answers_are_the_knob_free_sessio
         engine.close()
 
 
-@pytest.mark.slow  # a parity run: ~45 s on the loaded machine
+@pytest.mark.slow  # a parity run: 16-35 s on the loaded machine, as the forward catalogue's are slow
 def test_the_report_names_the_cause(tmp_path: Path, model: Any) -> None:
     run = run_parity(
         tmp_path, script_impl(MUTANTS, "no_truncate"), "state_incremental,state_conversation", MODEL,
