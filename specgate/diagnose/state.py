@@ -15,7 +15,7 @@ an engine keeps between requests deviated — each a classic defect of a KV cach
                               the last cached key and value as zeros: the attention bug of a
                               chunked prefill at the chunk boundary
 
-The first two are the session's (``Deviated``, the oracle's session ops with the knob);
+The first two are the session's (``DeviatedSessions``, the oracle's session ops with the knob);
 the last two the forward's (``SessionModel``: ``forward.DeviatedModel``, the oracle's
 forward rebuilt from its own parts, with the RoPE angles or the attention's keys and
 values of an append after cached tokens deviated). With no knob the sessions compute
@@ -39,6 +39,7 @@ nothing to inherit (``applies``).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,7 +100,7 @@ class SessionModel(DeviatedModel):
         return super()._attend(q, k, v, positions)
 
 
-class Deviated(Engine):
+class DeviatedSessions(Engine):
     """The oracle's sessions (``oracle.session.Session`` over a ``SessionModel``) with the
     knobs applied, answering the session ops as an engine does."""
 
@@ -151,7 +152,8 @@ def primed(engine: Any, model: Any, inp: Mapping[str, Any]) -> None:
         call(engine, "session", session, 0, method="session_truncate")
         call(engine, "session", session, first_ids(inp)[:PRIMER], method="session_append")
     finally:
-        call(engine, "session", session, method="session_close")
+        with contextlib.suppress(Exception):  # as the gate's close: a failing close is not judged
+            call(engine, "session", session, method="session_close")
 
 
 def played(engine: Any, model: Any, model_id: str, inp: Mapping[str, Any]) -> StateAnswer:
@@ -255,7 +257,7 @@ class ModelSessions:
         key = (inp["stage"], inp["case"], tuple(sorted(knobs.items())))
         if key in self._answers:
             return self._answers[key]
-        found = played(Deviated(self, knobs), self.model, self.model.id, inp)
+        found = played(DeviatedSessions(self, knobs), self.model, self.model.id, inp)
         if self._answer_bytes + found.nbytes <= MAX_ANSWER_BYTES:
             self._answers[key] = found
             self._answer_bytes += found.nbytes
