@@ -88,6 +88,8 @@ def load(saved: Path, root: Path | None = ECOSYSTEM_DIR, rerun_confirm: bool = F
             list(data.get("problems") or []),
             engines=data.get("engines"),
         )
+    except EcosystemError:
+        raise  # a report it names is missing or not one: said with the engine's key
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EcosystemError(
             f"{saved}: not a saved ecosystem table: {type(exc).__name__}: {str(exc)[:200]}"
