@@ -81,7 +81,8 @@ def report_cases(saved: Path) -> dict[str, int]:
     base = saved.parent.parent
     return {
         row["key"]: sum(
-            len(json.loads((base / name).read_text(encoding="utf-8"))["cases"]) for name in row["report_files"]
+            len(json.loads((base / name).read_text(encoding="utf-8"))["cases"])
+            for name in row["report_files"]
         )
         for row in data["rows"]
     }
@@ -173,7 +174,9 @@ def test_a_missing_report_is_one_line(tmp_path: Path) -> None:
     next((saved.parent / "ecosystem" / "hf_jinja").glob("parity-*.json")).unlink()
     built = build_site(saved, tmp_path / "site")
     assert built.returncode == 4 and built.stderr.count("\n") == 1, built.stderr
-    assert built.stderr.startswith("specgate ecosystem: hf_jinja: cannot read its report: cannot read "), built.stderr
+    assert built.stderr.startswith("specgate ecosystem: hf_jinja: cannot read its report: cannot read "), (
+        built.stderr
+    )
 
 
 def test_every_text_of_the_table_is_escaped(tmp_path: Path) -> None:
@@ -230,7 +233,9 @@ def test_the_site_in_a_real_browser(tmp_path: Path, request: pytest.FixtureReque
             ), href
             n = cases[row["key"]]
             assert n > 0
-            assert browser.js("document.getElementById('case-shown').textContent") == f"{n} of {n} cases shown"
+            assert (
+                browser.js("document.getElementById('case-shown').textContent") == f"{n} of {n} cases shown"
+            )
             assert browser.js("document.querySelectorAll('#cases tr.case').length") == n
             outcomes = Counter(browser.js("[...document.querySelectorAll('#cases tr.case td:first-child')].map(td => td.textContent)"))  # fmt: skip
             total = Counter()
@@ -239,7 +244,9 @@ def test_the_site_in_a_real_browser(tmp_path: Path, request: pytest.FixtureReque
                     total.update(counted)
             assert outcomes == +total, (row["key"], outcomes, total)
             browser.js("document.querySelector('#cases tr.case').click()")
-            assert "the reference's answer:" in browser.js("document.querySelector('#cases tr.detail').innerText")
+            assert "the reference's answer:" in browser.js(
+                "document.querySelector('#cases tr.detail').innerText"
+            )
             browser.js("window.scrollTo(0, 0)")
             assert browser.screenshot(tmp_path / f"site-{row['key']}.png").stat().st_size > 10_000
             browser.js("document.getElementById('browser').scrollIntoView()")
