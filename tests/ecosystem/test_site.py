@@ -256,3 +256,39 @@ def test_the_site_in_a_real_browser(tmp_path: Path, request: pytest.FixtureReque
         print(f"screenshots: {sorted(tmp_path.glob('site-*.png'))}")
     finally:
         browser.close()
+
+
+def case_rows(page: str) -> list[list[str]]:
+    """The case browser's rows, as its page carries them."""
+    data = page.split('<script type="application/json" id="case-data">', 1)[1].split("</script>", 1)[0]
+    return json.loads(data)
+
+
+def test_an_engine_with_two_reports_has_them_in_one_browser_and_one_without_a_page_saying_so(
+    tmp_path: Path,
+) -> None:
+    """A server engine is gated once per model: its page browses the cases of every report;
+    an engine that gated nothing (unavailable) has a page that says so."""
+    saved = saved_copy(tmp_path)
+    data = json.loads(saved.read_text(encoding="utf-8"))
+    jinja, tokenizers = data["rows"]
+    (name,) = jinja["report_files"]
+    second = name.replace("/parity-", "/other-model/parity-")
+    (saved.parent.parent / second).parent.mkdir()
+    shutil.copyfile(saved.parent.parent / name, saved.parent.parent / second)
+    jinja["report_files"].append(second)
+    tokenizers.update(status="unavailable", message="npm ci failed: no network", report_files=[])
+    saved.write_text(json.dumps(data), encoding="utf-8")
+    built = build_site(saved, tmp_path / "site")
+    assert built.returncode == 0, built.stderr
+    n = report_cases(saved)["hf_jinja"]
+    page = (tmp_path / "site" / "engines" / "hf_jinja.html").read_text(encoding="utf-8")
+    assert len(case_rows(page)) == n == 2 * len(json.loads((saved.parent.parent / name).read_text())["cases"])
+    gone = (tmp_path / "site" / "engines" / "hf_tokenizers.html").read_text(encoding="utf-8")
+    assert (
+        "No report: the run unavailable without gating a case." in gone
+        and "npm ci failed: no network" in gone
+    )
+    assert 'href="engines/hf_tokenizers.html"' in (tmp_path / "site" / "index.html").read_text(
+        encoding="utf-8"
+    )
