@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from specgate import ecosystem
+from specgate.ecosystem.cli import main
 from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from tests.cdp import Chromium
 from tests.ecosystem.engines import wrong_engine
@@ -117,8 +118,7 @@ class Matrix(HTMLParser):
 
 def test_the_index_counts_equal_the_json_and_the_markdown(tmp_path: Path) -> None:
     saved = saved_copy(tmp_path)
-    built = build_site(saved, tmp_path / "site")
-    assert built.returncode == 0, built.stderr
+    site(saved, tmp_path / "site")
     expected = json_counts(saved)
     assert len(expected) >= 4 and sum(n for c in expected.values() for n in c.values()) > 50, expected
     assert markdown_counts(saved) == expected
@@ -149,34 +149,45 @@ def test_the_site_is_the_tables_own_files_rebuilt_the_same(tmp_path: Path) -> No
     assert "confirmed" in (site / "engines" / "wrong.html").read_text(encoding="utf-8")
 
 
+def site(saved: Path, out: Path) -> None:
+    """The ``site`` subcommand in this process (``build_site`` runs it as the lead does)."""
+    assert main(["site", str(saved), "--out", str(out)]) == 0
+
+
+def test_a_missing_saved_table_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    built = build_site(tmp_path / "ecosystem.json", tmp_path / "site")
+    assert built.returncode == 4, (built.stdout, built.stderr)
+    assert (
+        built.stderr
+        == f"specgate ecosystem: cannot read {tmp_path / 'ecosystem.json'}: No such file or directory\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("content", "said"),
     [
-        (None, "cannot read"),
         ("not json", "is not JSON"),
         ('{"rows": 3}', "not a saved ecosystem table (no list of rows)"),
         ('{"rows": [{"key": "a"}]}', "not a saved ecosystem table: KeyError"),
     ],
-    ids=["missing", "not-json", "no-rows", "a-row-without-fields"],
+    ids=["not-json", "no-rows", "a-row-without-fields"],
 )
-def test_a_bad_saved_table_is_one_line(tmp_path: Path, content: str | None, said: str) -> None:
+def test_a_bad_saved_table_is_one_line(tmp_path: Path, content: str, said: str) -> None:
     saved = tmp_path / "ecosystem.json"
-    if content is not None:
-        saved.write_text(content, encoding="utf-8")
-    built = build_site(saved, tmp_path / "site")
-    assert built.returncode == 4, (built.stdout, built.stderr)
-    assert built.stderr.count("\n") == 1 and said in built.stderr, built.stderr
-    assert "Traceback" not in built.stderr
+    saved.write_text(content, encoding="utf-8")
+    with pytest.raises(ecosystem.EcosystemError) as raised:
+        site(saved, tmp_path / "site")
+    assert said in str(raised.value) and "\n" not in str(raised.value), raised.value
+    assert not (tmp_path / "site" / "index.html").exists()
 
 
 def test_a_missing_report_is_one_line(tmp_path: Path) -> None:
     saved = saved_copy(tmp_path)
     next((saved.parent / "ecosystem" / "hf_jinja").glob("parity-*.json")).unlink()
-    built = build_site(saved, tmp_path / "site")
-    assert built.returncode == 4 and built.stderr.count("\n") == 1, built.stderr
-    assert built.stderr.startswith("specgate ecosystem: hf_jinja: cannot read its report: cannot read "), (
-        built.stderr
-    )
+    with pytest.raises(ecosystem.EcosystemError) as raised:
+        site(saved, tmp_path / "site")
+    assert str(raised.value).startswith("hf_jinja: cannot read its report: cannot read "), raised.value
+    assert "\n" not in str(raised.value)
 
 
 def test_every_text_of_the_table_is_escaped(tmp_path: Path) -> None:
@@ -186,8 +197,7 @@ def test_every_text_of_the_table_is_escaped(tmp_path: Path) -> None:
     data["rows"][0]["name"] = data["rows"][0]["version"] = evil
     data["rows"][0]["message"] = evil
     saved.write_text(json.dumps(data), encoding="utf-8")
-    built = build_site(saved, tmp_path / "site")
-    assert built.returncode == 0, built.stderr
+    site(saved, tmp_path / "site")
     for page in ("index.html", "engines/hf_jinja.html"):
         text = (tmp_path / "site" / page).read_text(encoding="utf-8")
         assert "<img" not in text and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in text, page
@@ -279,8 +289,7 @@ def test_an_engine_with_two_reports_has_them_in_one_browser_and_one_without_a_pa
     jinja["report_files"].append(second)
     tokenizers.update(status="unavailable", message="npm ci failed: no network", report_files=[])
     saved.write_text(json.dumps(data), encoding="utf-8")
-    built = build_site(saved, tmp_path / "site")
-    assert built.returncode == 0, built.stderr
+    site(saved, tmp_path / "site")
     n = report_cases(saved)["hf_jinja"]
     page = (tmp_path / "site" / "engines" / "hf_jinja.html").read_text(encoding="utf-8")
     assert len(case_rows(page)) == n == 2 * len(json.loads((saved.parent.parent / name).read_text())["cases"])
