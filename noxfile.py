@@ -362,7 +362,8 @@ def references_latest(session: nox.Session) -> None:
 @nox.session
 def ecosystem(session: nox.Session) -> None:
     """Install and gate every third-party engine of ``impl/ecosystem/`` (``specgate.ecosystem``):
-    ``reports/ecosystem.md`` + ``.html``, copied to ``ECOSYSTEM.md``. Gating from the snapshots
+    ``reports/ecosystem.md`` + ``.html``, copied to ``ECOSYSTEM.md``, and the static site
+    ``reports/ecosystem-site/index.html`` (a page per engine with its case browser). Gating from the snapshots
     needs only specgate's core (no torch, no transformers); the llama-cpp-python server engine
     installs from the cached wheel dir. ``-- --engines a,b`` runs some (their own
     ``reports/ecosystem-a+b.md``; ECOSYSTEM.md is written only from the full table); budgets

@@ -1,6 +1,6 @@
 """The ecosystem table: install every third-party engine of ``impl/ecosystem/*/``, gate it,
 confirm its root causes by hand, and write ``reports/ecosystem.md`` / ``.html`` / ``.json``
-(``nox -s ecosystem``, published as ECOSYSTEM.md).
+and the site ``reports/ecosystem-site/`` (``nox -s ecosystem``, published as ECOSYSTEM.md).
 
 For each engine, in folder order: **install** it (a failure is a row *unavailable* with the
 installer's message); **export** its models' tokenizer files into
@@ -20,9 +20,10 @@ confirmed or not.
 | ``budgets`` | per-engine budgets from measured costs and the machine's load |
 | ``results`` | the table as data (``Table``: rows, machine, problems, subset) |
 | ``table`` | the whole table (``run_all``), its files, ``publish`` |
-| ``markdown`` / ``page`` | the table as Markdown / HTML, without machine paths |
-| ``remark`` | a saved table marked again by the confirm entries as they are now (``... remark``) |
-| ``cli`` | ``python -m specgate.ecosystem install|run|remark`` |
+| ``markdown`` / ``page`` | the table as Markdown / HTML (the page and the site's index), without machine paths |
+| ``site`` | the table as a static site: the index and a page per engine with its case browser |
+| ``remark`` | a saved table read back (``load``), marked again by the confirm entries as they are now (``... remark``) |
+| ``cli`` | ``python -m specgate.ecosystem install|run|remark|site`` |
 """
 
 from specgate.ecosystem.confirm import CONFIRMED, FAILS, UNCONFIRMED, ConfirmRun, mark, run_confirm

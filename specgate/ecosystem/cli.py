@@ -4,13 +4,16 @@
     python -m specgate.ecosystem run [--engines a,b] [--budget S] [--total-budget S] [--out DIR]
                                      [--publish ECOSYSTEM.md]
     python -m specgate.ecosystem remark SAVED.json --out DIR [--confirm]
+    python -m specgate.ecosystem site SAVED.json --out DIR
 
 ``run`` writes ``DIR/ecosystem.{md,html,json}`` (``DIR/ecosystem-<a>+<b>.*`` for an
-``--engines`` subset); ``--publish FILE`` copies the full table's Markdown to FILE and
+``--engines`` subset) and the static site ``DIR/ecosystem-site/`` (``index.html``, a page
+per engine with its case browser: ``specgate.ecosystem.site``); ``--publish FILE`` copies the full table's Markdown to FILE and
 leaves FILE alone after a subset. ``remark`` writes a saved table (its JSON and the reports it
 names) anew under DIR, each root cause marked by the engine folders' confirm entries as they are
-now (``--confirm``: the confirm scripts run again): ``specgate.ecosystem.remark``. Budgets:
-``specgate.ecosystem.budgets``.
+now (``--confirm``: the confirm scripts run again): ``specgate.ecosystem.remark``. ``site``
+writes the saved table's site into DIR as it was saved (its marks, its engines' reports), no
+engine run, nothing else written. Budgets: ``specgate.ecosystem.budgets``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from specgate.ecosystem.install import install_all
 from specgate.ecosystem.spec import ECOSYSTEM_DIR, EcosystemError
 from specgate.ecosystem.table import publish, run_all
+from specgate.safe_io import files
 from specgate.supply.models import PROJECT_ROOT
 
 
@@ -75,7 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     again.add_argument("--out", type=Path, required=True, help="where the re-marked table is written")
     again.add_argument("--root", type=Path, default=ECOSYSTEM_DIR, help="the engine folders' parent")
     again.add_argument("--confirm", action="store_true", help="run the confirm scripts again")
+    built = sub.add_parser("site")
+    built.add_argument("saved", type=Path, help="a saved table: reports/ecosystem.json")
+    built.add_argument("--out", type=Path, required=True, help="the site's folder (its index.html)")
     args = parser.parse_args(argv)
+    if args.command == "site":
+        from specgate.ecosystem.remark import load
+        from specgate.ecosystem.site import write_site
+
+        table = load(args.saved, root=None)
+        index = write_site(table, args.out)
+        print(f"specgate ecosystem: {index} ({len(table.rows)} engine pages)")
+        return 0
     if args.command == "remark":
         from specgate.ecosystem.remark import counts, remark
 
@@ -102,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     stem = args.out / table.stem
-    print(f"specgate ecosystem: {stem}.md, {stem}.html ({table.seconds:g} s)")
+    print(f"specgate ecosystem: {stem}.md, {stem}.html, {stem}-site/index.html ({table.seconds:g} s)")
     if args.publish is not None:
         print(f"specgate ecosystem: {publish(table, args.out, args.publish)}")
     return 1 if table.problems else 0
@@ -111,6 +126,6 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     try:
         sys.exit(main())
-    except EcosystemError as exc:
+    except (EcosystemError, files.WriteError) as exc:
         print(f"specgate ecosystem: {exc}", file=sys.stderr)
         sys.exit(4)

@@ -177,7 +177,7 @@ def run_engine(
             statuses.append(payload["startup_failure"])
             continue
         row.reports.append(with_short_paths(payload, base))
-        row.report_files.append(str(path))
+        row.report_files.append(relative_to(path, base))
     if unreadable and row.status == "ran":
         row.status, row.message = "error", "unreadable report: " + "; ".join(unreadable)
     if row.status == "timeout" and not row.message:
@@ -192,6 +192,15 @@ def run_engine(
         left = deadline - time.monotonic()
         row.confirm = run_confirm(spec, max(left, CONFIRM_FLOOR_SECONDS), env)
     return row
+
+
+def relative_to(path: Path, base: Path) -> str:
+    """``path`` named relative to ``base`` when it lies inside it (as the saved table names
+    its reports, so a table moved with its reports folder still finds them), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
 
 
 def with_short_paths(payload: dict[str, Any], base: Path = PROJECT_ROOT) -> dict[str, Any]:

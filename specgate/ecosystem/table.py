@@ -1,8 +1,8 @@
 """The whole table: every engine folder (or the ``--engines`` subset) installed, its
 models' tokenizer files exported, each engine gated within its budget (``budgets``), and
-the reports written (``write_table``): ``reports/ecosystem.{md,html,json}`` for the full
-table, ``reports/ecosystem-<a>+<b>.{md,html,json}`` for a subset, which never stands in
-for the full table (``publish`` refuses it)."""
+the reports written (``write_table``): ``reports/ecosystem.{md,html,json}`` and the site
+``reports/ecosystem-site/`` for the full table, ``reports/ecosystem-<a>+<b>.{md,html,json}``
+and ``-site/`` for a subset, which never stands in for the full table (``publish`` refuses it)."""
 
 from __future__ import annotations
 
@@ -132,6 +132,7 @@ def shown(path: Path) -> str:
 def write_table(table: Table, out_dir: Path) -> list[Path]:
     from specgate.ecosystem.markdown import markdown
     from specgate.ecosystem.page import html
+    from specgate.ecosystem.site import site_dir, write_site
 
     out_dir.mkdir(parents=True, exist_ok=True)
     md, page, data = (out_dir / f"{table.stem}{suffix}" for suffix in (".md", ".html", ".json"))
@@ -142,7 +143,7 @@ def write_table(table: Table, out_dir: Path) -> list[Path]:
         "rows": [{**asdict(r), "reports": None, "counts": r.counts()} for r in table.rows],
     }
     files.write_text(data, json.dumps(summary, indent=1, default=str))
-    return [md, page, data]
+    return [md, page, data, write_site(table, site_dir(table, out_dir))]
 
 
 def publish(table: Table, out_dir: Path, target: Path) -> str:

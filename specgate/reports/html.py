@@ -202,22 +202,24 @@ def _diagnosis_notes(notes: list[str]) -> str:
     return f'<ul id="diagnosis-notes" class="note">{items}</ul>' if notes else ""
 
 
-def page(payload: dict[str, Any]) -> str:
-    """The whole page for a report payload (the JSON report's dict)."""
+def page(payload: dict[str, Any], title: str = "", header: str = "", css: str = "") -> str:
+    """The whole page for a report payload (the JSON report's dict); a page embedding the
+    report (an ecosystem engine's) gives its own ``title``, ``header`` HTML (shown under
+    the title) and ``css``."""
     rows = payload["matrix"]
     stages = sorted({r["stage"].split("/")[0] for r in rows} | {r["stage"] for r in rows})
     models = sorted({r["model"] for r in rows})
     groups = payload.get("groups", [])
     coverage = payload.get("coverage", {})
     verdict = verdict_html(payload.get("verdict"))
-    title = f"specgate parity report — {payload['impl']}"
+    title = title or f"specgate parity report — {payload['impl']}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{escape(title)}</title><style>{_CSS}{report_browser.CSS}</style></head>
+<title>{escape(title)}</title><style>{_CSS}{report_browser.CSS}{css}</style></head>
 <body>
 <h1>{escape(title)}</h1>
-{verdict}
+{header}{verdict}
 <p id="coverage">{escape(", ".join(f"{n} {o}" for o, n in sorted(coverage.items())))}</p>
 {provenance_html(payload.get("provenance"))}
 <div id="filters">{_options("stage", stages)}{_options("model", models)}{_options("outcome", list(OUTCOMES))}
