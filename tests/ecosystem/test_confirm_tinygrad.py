@@ -1,7 +1,7 @@
 """The tinygrad divergences of impl/ecosystem/tinygrad/confirm.py still reproduce with the
 pinned package, through the tokenizer tinygrad's LLM app builds from a GGUF (its decode of a
-piece inside a UTF-8 character, around a special token and of an unknown id; its Qwen3.6
-merges). It reads qwen3-vocab and qwen3.6-vocab from specgate's model cache."""
+piece inside a UTF-8 character, around a special token, of a [PAD] filler and of an unknown
+id; its Qwen3.6 merges). It reads qwen3-vocab and qwen3.6-vocab from specgate's model cache."""
 
 import importlib.util
 import subprocess
@@ -37,5 +37,5 @@ def test_tinygrad_divergences_reproduce():
         engine_unavailable(f"a GGUF confirm.py needs is not cached: {run.stdout.strip()}")
     assert run.returncode == 0, f"confirm.py exited {run.returncode}:\n{run.stdout}{run.stderr[-2000:]}"
     lines = run.stdout.splitlines()
-    assert len(lines) == 4 and all(line.startswith("REPRODUCES") for line in lines), lines
+    assert len(lines) == 5 and all(line.startswith("REPRODUCES") for line in lines), lines
     assert_entries_reproduce("tinygrad", run.stdout)

@@ -53,6 +53,13 @@ def divergences(qwen3: SimpleTokenizer, qwen36: SimpleTokenizer) -> list[tuple[s
             b"\xf0\x9f<|im_end|>\xab\xa0",
         ),
         (
+            "decode answers the [PAD] filler's text: qwen3 id [151935]",
+            decode([151935]),
+            # llama.cpp's token_to_piece of an UNUSED token (type 5) is empty
+            # (snapshots/qwen3-vocab/decode.json, case ids-edge-last-id)
+            b"",
+        ),
+        (
             "decode of an id outside the vocabulary (999999) raises instead of skipping it",
             decode([999999]),
             # PROTOCOL.md 4.2: unknown ids are skipped; HF tokenizers 0.23.3 decode([999999]) is ''
