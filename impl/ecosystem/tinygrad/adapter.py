@@ -23,7 +23,8 @@ What its tokenizer offers, and what the adapter therefore answers:
   `jinja2` package, which the `hf_jinja` row gates), `split` (no pre-tokenizer pieces in
   its API), `logits` (its forward returns the sampled token, never the logits), `generate`
   (not wired yet: tinygrad's CPU backend compiles its kernels with `clang`, which a stock
-  machine lacks, "no usable devices"), `sample` (it samples only its own forward's
+  machine lacks, "no usable devices", and its LLVM path fails on Debian's libLLVM-15:
+  README.md), `sample` (it samples only its own forward's
   logits), `metadata`, `trace`, sessions.
 
     python impl/ecosystem/tinygrad/adapter.py
