@@ -32,6 +32,7 @@ ECOSYSTEM_ENGINE_IMPORTS = {
     "minijinja": {"minijinja"},
     "tokie": {"tokie"},
     "mistralrs": {"mistralrs"},
+    "tinygrad": {"tinygrad"},
     "llama_cpp_server": {"llama_cpp"},
     "llama_cpp_chat_format": {"llama_cpp"},
     "llama_cpp_builtin_template": {"llama_cpp"},
