@@ -173,3 +173,144 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
     text = summary.read_text(encoding="utf-8")
     data = text.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
     assert base64.b64decode(data) == (merged / f"{stem}.png").read_bytes()
+
+
+# The composite action (action.yml at the repository root): `uses: <owner>/specgate@<ref>`.
+
+ACTION = ROOT / "action.yml"
+
+
+def action_meta() -> dict:
+    import yaml
+
+    return yaml.safe_load(ACTION.read_text(encoding="utf-8"))
+
+
+def lint_action(action: Path) -> subprocess.CompletedProcess:
+    """The action checked against GitHub's action metadata schema (SchemaStore's
+    ``github-action.json``, vendored in ``check-jsonschema`` as ``vendor.github-actions``)."""
+    binary = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
+        "check-jsonschema"
+    )
+    assert binary, "check-jsonschema is missing: it comes with pip install 'specgate[dev]' (nox -s tests)"
+    return subprocess.run(
+        [binary, "--builtin-schema", "vendor.github-actions", str(action)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_action_passes_githubs_action_metadata_schema(tmp_path: Path) -> None:
+    proc = lint_action(ACTION)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The schema catches a planted mistake: no runs.using, a composite run step without its shell.
+    text = ACTION.read_text(encoding="utf-8")
+    for planted in (
+        text.replace("  using: composite\n", "", 1),
+        text.replace("      id: plan\n      shell: bash\n", "      id: plan\n", 1),
+    ):
+        assert planted != text
+        bad = tmp_path / "action.yml"
+        bad.write_text(planted, encoding="utf-8")
+        proc = lint_action(bad)
+        assert proc.returncode == 1 and "validation errors" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_actions_expressions_name_declared_inputs_and_earlier_steps() -> None:
+    """What the schema does not check: every ``${{ }}`` resolves (``tests/action_steps.py``)."""
+    from tests import action_steps
+
+    assert action_steps.problems(action_meta()) == []
+    text = ACTION.read_text(encoding="utf-8")
+    import yaml
+
+    for old, new, problem in (
+        ("${{ inputs.stages }}", "${{ inputs.stage }}", "no input 'stage' is declared"),
+        ("${{ steps.plan.outputs.cache }}", "${{ steps.plane.outputs.cache }}", "no step with id 'plane'"),
+        ("id: plan\n", "id: plan2\n", "no step with id 'plan'"),
+        ("${{ inputs.impl }}", "${{ github.workspace }}", "an expression this helper does not know"),
+        ("if: always()", "if: success()", "only always() is run here"),
+    ):
+        planted = text.replace(old, new, 1)
+        assert planted != text, old
+        found = action_steps.problems(yaml.safe_load(planted))
+        assert any(problem in line for line in found), (old, found)
+
+
+def test_expand_substitutes_and_refuses_what_it_does_not_know() -> None:
+    from tests.action_steps import ActionError, expand
+
+    outputs = {"plan": {"shard": "2/4"}}
+    text = "${{inputs.a}} ${{ github.action_path }}/x ${{ steps.plan.outputs.shard }} ${{ steps.plan.outputs.none }}"
+    assert expand(text, {"a": "A b"}, "/act", outputs) == "A b /act/x 2/4 "
+    assert expand("no expression: $HOME ${x}", {}, "/act", {}) == "no expression: $HOME ${x}"
+    for bad in (
+        "${{ inputs.b }}",
+        "${{ steps.later.outputs.x }}",
+        "${{ env.HOME }}",
+        "${{ inputs.a || 'x' }}",
+    ):
+        with pytest.raises(ActionError):
+            expand(bad, {"a": ""}, "/act", outputs)
+
+
+class StandIns:
+    """The action's ``uses:`` steps, played here: setup-python by a Python already first on
+    PATH (its version checked), the cache by the machine's own cache (the key and path
+    checked), upload-artifact by a copy into ``artifacts/NAME``."""
+
+    def __init__(self, workspace: Path, artifacts: Path, cache: Path, python: str = sys.executable):
+        self.workspace, self.artifacts, self.cache, self.python = workspace, artifacts, cache, python
+        self.cache_keys: list[str] = []
+
+    def setup_python(self, given: dict[str, str]) -> None:
+        version = subprocess.run(
+            [self.python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip()  # fmt: skip
+        assert version == given["python-version"], (version, given)
+
+    def cache_step(self, given: dict[str, str]) -> None:
+        assert Path(given["path"]) == self.cache, given
+        self.cache_keys.append(given["key"])
+
+    def upload(self, given: dict[str, str]) -> None:
+        source = self.workspace / given["path"]
+        if source.is_dir():
+            shutil.copytree(source, self.artifacts / given["name"], dirs_exist_ok=True)
+        else:
+            assert given["if-no-files-found"] == "warn"
+
+    def mapping(self) -> dict:
+        return {
+            "actions/setup-python": self.setup_python,
+            "actions/cache": self.cache_step,
+            "actions/upload-artifact": self.upload,
+        }
+
+
+def test_a_bad_shard_fails_the_action_with_one_line_and_a_summary_all_the_same(tmp_path: Path) -> None:
+    """The plan step (bash only, no install) refuses shard 5 of 4: the action's status is
+    its 4, the steps after it are skipped but the always() ones, and the summary says why."""
+    from tests import action_steps
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    summary = tmp_path / "summary.md"
+    cache = tmp_path / "cache"
+    stand = StandIns(workspace, tmp_path / "artifacts", cache)
+    env = {**action_steps.clean_env(), "GITHUB_STEP_SUMMARY": str(summary)}
+    run = action_steps.run_action(
+        action_meta(), {"impl": "oracle", "shard": "5", "shards": "4", "cache-dir": str(cache)},
+        ROOT, workspace, env, stand.mapping(), timeout=60,
+    )  # fmt: skip
+    assert run.status == 4, run.logs
+    statuses = [status for _, status in run.steps]
+    assert statuses[:2] == [0, 4] and statuses[-2:] == [0, 0] and set(statuses[2:-2]) == {None}, run.steps
+    assert "::error::specgate: shard must be 1 to shards (got shard=5 shards=4)" in run.logs[0]
+    assert "no parity report in specgate-reports" in summary.read_text(encoding="utf-8")
+    with pytest.raises(action_steps.ActionError, match="not declared by the action: shrads"):
+        action_steps.run_action(action_meta(), {"impl": "x", "shrads": "2"}, ROOT, workspace, env, {})
+    with pytest.raises(action_steps.ActionError, match="required inputs missing: impl"):
+        action_steps.run_action(action_meta(), {}, ROOT, workspace, env, {})
