@@ -7,6 +7,7 @@ summary carries the picture inside it, and the workflow passes GitHub's workflow
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -180,10 +181,10 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
 ACTION = ROOT / "action.yml"
 
 
-def action_meta() -> dict:
+def action_meta(action: Path = ACTION) -> dict:
     import yaml
 
-    return yaml.safe_load(ACTION.read_text(encoding="utf-8"))
+    return yaml.safe_load(action.read_text(encoding="utf-8"))
 
 
 def lint_action(action: Path) -> subprocess.CompletedProcess:
@@ -314,3 +315,74 @@ def test_a_bad_shard_fails_the_action_with_one_line_and_a_summary_all_the_same(t
         action_steps.run_action(action_meta(), {"impl": "x", "shrads": "2"}, ROOT, workspace, env, {})
     with pytest.raises(action_steps.ActionError, match="required inputs missing: impl"):
         action_steps.run_action(action_meta(), {}, ROOT, workspace, env, {})
+
+
+@pytest.mark.slow  # a clone, a fresh venv with specgate installed, two gate runs: ~2 min here
+def test_the_action_runs_here_end_to_end(tmp_path: Path) -> None:
+    """The action's steps in a fresh clone of this checkout's HEAD (the action's own
+    checkout, ``github.action_path``) with a fresh venv first on PATH (setup-python's
+    stand-in; the ``uses:`` steps are played by ``StandIns``): the install, the models,
+    the gate and the summary are the action's own bash. A conforming engine (the oracle
+    over the process protocol) passes, the reports are uploaded and the summary carries
+    the PNG; a planted tokenizer defect fails the action with the gate's status 1 and the
+    reports and summary are written all the same."""
+    from impl.envvars import cache_dir
+    from tests import action_steps
+
+    action_path = tmp_path / "specgate"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(action_path)], check=True, timeout=300)
+    venv = tmp_path / "py"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = str(venv / "bin" / "python")
+    workspace, artifacts = tmp_path / "ws", tmp_path / "artifacts"
+    workspace.mkdir()
+    stand = StandIns(workspace, artifacts, cache_dir(), python)
+    env = action_steps.clean_env()
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    manifest = hashlib.sha256((action_path / "corpus" / "models.toml").read_bytes()).hexdigest()
+    common = {
+        "models": "qwen3-vocab,tiny-qwen2-f32",
+        "stages": "encode,decode",
+        "args": "--max-cases 8 --shrink-budget 0 --diagnose-budget 0",
+        "cache-dir": str(cache_dir()),
+    }
+
+    def act(impl: str, report_dir: str) -> tuple[action_steps.Run, str]:
+        summary = tmp_path / f"{report_dir}.summary.md"
+        run = action_steps.run_action(
+            action_meta(action_path / "action.yml"), {**common, "impl": impl, "report-dir": report_dir}, action_path, workspace,
+            {**env, "GITHUB_STEP_SUMMARY": str(summary)}, stand.mapping(),
+        )  # fmt: skip
+        return run, summary.read_text(encoding="utf-8")
+
+    def png_in(summary: str, folder: Path) -> None:
+        data = summary.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
+        assert [base64.b64decode(data)] == [p.read_bytes() for p in folder.glob("parity-*.png")]
+
+    good = f"cmd:{python} -m specgate.cli engine --impl oracle"
+    run, summary = act(good, "good")
+    assert run.status == 0 and all(s == 0 for _, s in run.steps), "\n".join(run.logs)
+    assert stand.cache_keys == [f"specgate-models-{manifest}"]
+    uploaded = artifacts / "specgate-reports"
+    assert {p.suffix for p in uploaded.iterdir()} >= {".md", ".json", ".html", ".xml", ".png"}
+    payload = json.loads(next(uploaded.glob("parity-*.json")).read_text(encoding="utf-8"))
+    assert payload["coverage"].get("pass", 0) > 0 and not payload["coverage"].get("fail"), payload["coverage"]
+    assert {(c["stage"], c["model"]) for c in payload["cases"]} >= {
+        ("encode", "tiny-qwen2-f32"),
+        ("decode", "qwen3-vocab"),
+    }
+    png_in(summary, uploaded)
+
+    shutil.rmtree(artifacts)
+    planted = f"cmd:{python} {action_path / 'tests' / 'engines' / 'fixable_tokenizer.py'} --defects=digits2,nfkc,lookahead"
+    run, summary = act(planted, "planted")
+    statuses = dict(run.steps)
+    assert run.status == 1 and statuses["parity (the gate's exit status is the step's)"] == 1, "\n".join(
+        run.logs
+    )
+    assert list(statuses.values())[-2:] == [0, 0], run.steps  # the upload and the summary ran
+    png_in(summary, artifacts / "specgate-reports")
+    payload = json.loads(
+        next((artifacts / "specgate-reports").glob("parity-*.json")).read_text(encoding="utf-8")
+    )
+    assert payload["coverage"]["fail"] > 0 and "| encode |" in summary
