@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,11 +156,15 @@ def run_action(
             }
         )
         script = expand(step["run"], inputs, str(action_path), run.outputs)
+        started = time.monotonic()
         proc = subprocess.run(
             ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
             cwd=workspace, env=step_env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
-        run.logs.append(f"== {name} (exit {proc.returncode})\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+        seconds = time.monotonic() - started
+        run.logs.append(
+            f"== {name} (exit {proc.returncode}, {seconds:.0f} s)\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}"
+        )
         run.steps.append((name, proc.returncode))
         if "id" in step:
             run.outputs[step["id"]] = dict(

@@ -342,7 +342,7 @@ def test_the_action_runs_here_end_to_end(tmp_path: Path) -> None:
     manifest = hashlib.sha256((action_path / "corpus" / "models.toml").read_bytes()).hexdigest()
     common = {
         "models": "qwen3-vocab,tiny-qwen2-f32",
-        "stages": "encode,decode",
+        "stages": "encode,decode,metadata",
         "args": "--max-cases 8 --shrink-budget 0 --diagnose-budget 0",
         "cache-dir": str(cache_dir()),
     }
@@ -353,6 +353,7 @@ def test_the_action_runs_here_end_to_end(tmp_path: Path) -> None:
             action_meta(action_path / "action.yml"), {**common, "impl": impl, "report-dir": report_dir}, action_path, workspace,
             {**env, "GITHUB_STEP_SUMMARY": str(summary)}, stand.mapping(),
         )  # fmt: skip
+        print(*(log.splitlines()[0] for log in run.logs), sep="\n")  # each step's status and seconds
         return run, summary.read_text(encoding="utf-8")
 
     def png_in(summary: str, folder: Path) -> None:
