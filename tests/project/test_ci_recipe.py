@@ -369,7 +369,7 @@ def test_the_action_runs_here_end_to_end(tmp_path: Path) -> None:
     payload = json.loads(next(uploaded.glob("parity-*.json")).read_text(encoding="utf-8"))
     assert payload["coverage"].get("pass", 0) > 0 and not payload["coverage"].get("fail"), payload["coverage"]
     assert {(c["stage"], c["model"]) for c in payload["cases"]} >= {
-        ("encode", "tiny-qwen2-f32"),
+        ("metadata", "tiny-qwen2-f32"),
         ("decode", "qwen3-vocab"),
     }
     png_in(summary, uploaded)
