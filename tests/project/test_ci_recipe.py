@@ -105,27 +105,35 @@ def test_the_workflow_passes_actionlint() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _expand(text: str, shard: int | None) -> str:
+def _expand(text: str, shard: int | None, env: dict[str, str] | None = None) -> str:
+    for name, value in (env or {}).items():
+        text = text.replace(f"${{{{ env.{name} }}}}", value)
     return text.replace("${{ matrix.shard }}", str(shard)).replace(
         "${{ github.workspace }}", "$GITHUB_WORKSPACE"
     )
 
 
-@pytest.mark.slow  # a clone, a fresh venv, nox's parity session twice and the merge: minutes
+@pytest.mark.slow  # two clones, a fresh venv, the action twice (two shards), the merge: minutes
 def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
     """Each ``run:`` step through bash as GitHub runs it (``-eo pipefail``); ``uses:``
     steps played by the script: checkout and setup-python by a fresh venv first on PATH,
-    the cache by the machine's own cache, upload/download-artifact by copies. The clone
-    is of this checkout's HEAD."""
+    the cache by the machine's own cache, upload/download-artifact by copies, and the
+    shard jobs' specgate action by its own steps (``tests/action_steps.py``) in a clone of
+    this checkout's HEAD, as the runner checks the action out."""
     import yaml
+
+    from impl.envvars import cache_dir
+    from tests import action_steps
 
     flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
     workspace, artifacts = tmp_path / "ws", tmp_path / "artifacts"
     workspace.mkdir()
+    action_path = tmp_path / "action"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(action_path)], check=True, timeout=300)
     venv = tmp_path / "py"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     summary = tmp_path / "summary.md"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = action_steps.clean_env()
     env.update({k: str(v) for k, v in flow["env"].items()})
     engine = f"cmd:{sys.executable} -m specgate.cli engine --impl oracle"
     env.update(
@@ -133,6 +141,7 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
         GITHUB_STEP_SUMMARY=str(summary), PATH=f"{venv / 'bin'}{os.pathsep}{env['PATH']}",
         SPECGATE_ARGS="--stages encode,decode --models qwen3-vocab --max-cases 8",
     )  # fmt: skip
+    stand = StandIns(workspace, artifacts, cache_dir(), str(venv / "bin" / "python"))
 
     def run_job(job: dict, shard: int | None) -> None:
         for step in job["steps"]:
@@ -144,8 +153,11 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
                 into = workspace / step["with"]["path"]
                 for folder in sorted(artifacts.glob(step["with"]["pattern"])):
                     shutil.copytree(folder, into, dirs_exist_ok=True)  # merge-multiple
-            elif uses.startswith("actions/cache"):
-                assert (workspace / "specgate" / "corpus" / "models.toml").is_file()  # what hashFiles reads
+            elif uses.startswith("specgate/specgate@"):
+                given = {k: _expand(str(v), shard, env) for k, v in step["with"].items()}
+                meta = action_meta(action_path / "action.yml")
+                run = action_steps.run_action(meta, given, action_path, workspace, env, stand.mapping())
+                assert run.status == 0, "\n".join(run.logs)
             elif "run" in step and step.get("name") != "build":  # the engine here needs no build
                 cwd = workspace / step.get("working-directory", ".")
                 proc = subprocess.run(
@@ -158,10 +170,8 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
 
     assert flow["jobs"]["parity"]["strategy"]["matrix"]["shard"] == [1, 2, 3, 4]
     for shard in (1, 2):
-        if shard == 2:  # a second runner: a fresh clone
-            shutil.rmtree(workspace / "specgate")
         run_job(flow["jobs"]["parity"], shard)
-    shutil.rmtree(workspace / "specgate")
+    open(summary, "w").close()  # the report job's summary alone
     run_job(flow["jobs"]["report"], None)
 
     merged = workspace / "merged"
@@ -170,7 +180,7 @@ def test_the_workflow_runs_here_as_a_script(tmp_path: Path) -> None:
     payload = json.loads((merged / f"{stem}.json").read_text(encoding="utf-8"))
     suite = ET.parse(merged / f"{stem}.xml").getroot().find("testsuite")
     assert int(suite.get("tests")) == len(payload["cases"]) > 0 and suite.get("failures") == "0"
-    assert len(list((artifacts / "specgate-shard-1").glob("*-shard-1-of-2.json"))) == 1
+    assert len(list((artifacts / "specgate-shard-1-of-2").glob("*-shard-1-of-2.json"))) == 1
     text = summary.read_text(encoding="utf-8")
     data = text.split("(data:image/png;base64,", 1)[1].split(")", 1)[0]
     assert base64.b64decode(data) == (merged / f"{stem}.png").read_bytes()
