@@ -15,7 +15,6 @@ exact (the kernel keeps it).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -23,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from impl.process.tree_memory import descendants, proportional_bytes, tree_bytes  # noqa: F401 (re-exported)
 from specgate.gates import free_unused_memory  # the gates' own, re-exported for the tests
 
 TREE_INTERVAL = 0.2  # seconds between two samples of the process tree
-PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def cgroup_peak_bytes() -> int | None:
@@ -58,44 +57,6 @@ def reset_own_peak() -> bool:
     except OSError:
         return False
     return True
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid``'s children, grandchildren, … (Linux ``/proc/<pid>/task/<tid>/children``)."""
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        with contextlib.suppress(OSError):
-            for task in os.listdir(f"/proc/{parent}/task"):
-                with contextlib.suppress(OSError):
-                    kids = [int(k) for k in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
-                    found.extend(kids)
-                    todo.extend(kids)
-    return found
-
-
-def proportional_bytes(pid: int) -> int:
-    """``pid``'s proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``): its
-    resident pages, each shared page divided among the processes sharing it — so a
-    child forked from a large pytest (copy-on-write) or two processes mapping the same
-    model file are not counted twice. Its resident size where smaps is not readable;
-    0 once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def tree_bytes(pid: int) -> int:
-    """The proportional set sizes of ``pid`` and all its descendants, summed: the memory
-    the process tree takes, shared pages counted once."""
-    return sum(proportional_bytes(p) for p in [pid, *descendants(pid)])
 
 
 class TreeSampler:

@@ -90,6 +90,9 @@ class EngineRun:
     seconds: float = 0.0
     budget: float = 0.0
     budget_note: str = ""
+    #: The peak memory of the runner's process tree while this engine ran (its server, gate
+    #: run, engine processes and confirm script; PSS, sampled every 0.2 s), in bytes.
+    peak_bytes: int = 0
     reports: list[dict[str, Any]] = field(default_factory=list)
     report_files: list[str] = field(default_factory=list)
     #: The confirm script's run (None: not run) and what it confirms (``confirm.mark``).

@@ -57,13 +57,13 @@ def markdown(table: Table) -> str:
         "with a reason), n/a (not offered), disagree (the references disagree), error (crash, hang, "
         "protocol violation).",
         "",
-        "| engine | package | version | installer | install | run | seconds | budget |",
-        "|---|---|---|---|---|---|---:|---:|",
+        "| engine | package | version | installer | install | run | seconds | budget | peak GB |",
+        "|---|---|---|---|---|---|---:|---:|---:|",
     ]
     for row in table.rows:
         lines.append(
             f"| {row.name} | `{row.package}` | {row.version} | {row.installer} | {row.install.status} "
-            f"| {row.status} | {row.seconds:g} | {row.budget:g} |"
+            f"| {row.status} | {row.seconds:g} | {row.budget:g} | {gigabytes(row.peak_bytes)} |"
         )
     lines += ["", "## Engines × stages", "", "| engine | stage | " + " | ".join(HEADINGS) + " |"]
     lines.append("|---|---|" + "---:|" * len(HEADINGS))
@@ -110,8 +110,21 @@ def machine_line(table: Table) -> str:
     return (
         f"Machine: {m['cores']} cores, load {'/'.join(map(str, m['load']))} before and "
         f"{'/'.join(map(str, after['load']))} after (1/5/15 min), {m['platform']}, Python {m['python']}, "
-        f"Node {m['node']}; the whole run took {table.seconds:g} s."
+        f"Node {m['node']}; the whole run took {table.seconds:g} s"
+        + (f", its peak memory {gigabytes(table.peak_bytes)} GB{PEAK_MEANS}." if table.peak_bytes else ".")
     )
+
+
+#: What a peak in the table measures (said once, in the machine line).
+PEAK_MEANS = (
+    " (the proportional set sizes of the runner and every process it started, summed, sampled every 0.2 s;"
+    " an engine's peak: while it was served, gated and confirmed)"
+)
+
+
+def gigabytes(n: int) -> str:
+    """``n`` bytes in GB with two decimals; "—" when not measured."""
+    return f"{n / 1e9:.2f}" if n else "—"
 
 
 def engine_markdown(row: EngineRun) -> list[str]:

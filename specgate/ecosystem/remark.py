@@ -44,6 +44,7 @@ def load_row(saved: dict[str, Any], root: Path | None, base: Path, rerun_confirm
         seconds=saved["seconds"],
         budget=saved["budget"],
         budget_note=saved.get("budget_note", ""),
+        peak_bytes=int(saved.get("peak_bytes") or 0),  # tables saved before it was measured: 0
         report_files=list(saved.get("report_files") or []),
     )
     for name in row.report_files:
@@ -87,6 +88,7 @@ def load(saved: Path, root: Path | None = ECOSYSTEM_DIR, rerun_confirm: bool = F
             data["machine_after"],
             list(data.get("problems") or []),
             engines=data.get("engines"),
+            peak_bytes=int(data.get("peak_bytes") or 0),
         )
     except EcosystemError:
         raise  # a report it names is missing or not one: said with the engine's key

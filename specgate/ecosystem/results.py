@@ -41,6 +41,8 @@ class Table:
     machine_before: dict[str, Any]
     machine_after: dict[str, Any]
     problems: list[str] = field(default_factory=list)  # engine.toml errors, export failures
+    #: The whole run's peak memory (the runner's process tree, installs included; PSS), in bytes.
+    peak_bytes: int = 0
 
     #: The engine folders asked for (``--engines``), or None: the full table.
     engines: list[str] | None = None

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from impl.process.tree_memory import TreePeak
 from specgate.ecosystem import budgets
 from specgate.ecosystem.gating import EngineRun, run_engine
 from specgate.ecosystem.install import install
@@ -50,6 +52,9 @@ def run_all(
     the table; return it. ``budget``: every engine's seconds (None: ``budgets``, from its
     measured cost and the machine's load); ``total_budget``: the whole run's cap (None: none)."""
     start = time.monotonic()
+    # The memory the run takes: this process and everything it starts (installs, servers,
+    # gate runs, engines, confirm scripts), sampled as the suite samples its own.
+    whole = TreePeak(os.getpid()).start()
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     before = machine()
     specs, problems = [], []
@@ -100,22 +105,31 @@ def run_all(
                 continue
         if spec in to_run:
             to_run.remove(spec)
-        row = run_engine(
-            spec,
-            installs[spec.key],
-            runs_dir,
-            allowed,
-            export_dir=export_dir,
-            extra=extra,
-            base=out_dir.parent,
-        )
-        row.budget_note = note
+        with TreePeak(os.getpid()) as peak:
+            row = run_engine(
+                spec,
+                installs[spec.key],
+                runs_dir,
+                allowed,
+                export_dir=export_dir,
+                extra=extra,
+                base=out_dir.parent,
+            )
+        row.budget_note, row.peak_bytes = note, peak.bytes
         rows.append(row)
         print(
             f"specgate ecosystem: {spec.key}: {row.status} in {row.seconds} s of {row.budget:g} s", flush=True
         )
     table = Table(
-        rows, started, round(time.monotonic() - start, 1), before, machine(), problems, engines=engines
+        rows,
+        started,
+        round(time.monotonic() - start, 1),
+        before,
+        machine(),
+        problems,
+        engines=engines,
+        # two samplers each may miss the other's highest moment: the higher of them
+        peak_bytes=max([whole.stop(), *(r.peak_bytes for r in rows)]),
     )
     write_table(table, out_dir)
     return table

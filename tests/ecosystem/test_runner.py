@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from specgate import ecosystem
-from tests.ecosystem.engines import ORACLE, engine_folder, hanging_adapter
+from tests.ecosystem.engines import ORACLE, WRONG_ADAPTER, engine_folder, hanging_adapter, wrong_engine
 
 FAST = ["--max-cases", "5", "--shrink-budget", "0"]
 
@@ -151,3 +151,36 @@ def test_an_env_table_takes_only_specgate_settings(tmp_path: Path) -> None:
         assert "[env] must map SPECGATE_* variables to strings" in str(exc)
     else:
         raise AssertionError("an [env] outside SPECGATE_* was accepted")
+
+
+#: What the heavy engine holds while it answers: far above a gate run's own few hundred MB.
+HELD_MB = 600
+
+
+def test_an_engines_peak_memory_is_measured_and_in_the_table(tmp_path: Path) -> None:
+    """The table's cost columns: an engine that holds 600 MB while it answers shows a peak of
+    at least that (its process is part of the runner's tree), a light one a lower peak, and
+    the whole run's peak is in the machine line."""
+    root = tmp_path / "engines"
+    light = wrong_engine(root, "light")
+    heavy = wrong_engine(root, "heavy")
+    (heavy / "adapter.py").write_text(
+        f"held = b'x' * ({HELD_MB} * 2**20)  # written, so resident\n" + WRONG_ADAPTER, encoding="utf-8"
+    )
+    assert light.exists()
+    table = ecosystem.run_all(root, tmp_path / "reports", budget=300, extra=FAST)
+    rows = {row.key: row for row in table.rows}
+    assert {r.status for r in rows.values()} == {"ran"}, [(r.key, r.message) for r in rows.values()]
+    assert rows["heavy"].peak_bytes >= HELD_MB * 2**20, rows["heavy"].peak_bytes
+    assert rows["light"].peak_bytes < rows["heavy"].peak_bytes - HELD_MB * 2**20 // 2, (
+        rows["light"].peak_bytes,
+        rows["heavy"].peak_bytes,
+    )
+    assert table.peak_bytes >= rows["heavy"].peak_bytes
+    markdown = (tmp_path / "reports" / "ecosystem.md").read_text(encoding="utf-8")
+    engines = {cells[0]: cells for cells in table_rows(markdown, "protocol violation).")}
+    assert float(engines["heavy"][-1]) >= HELD_MB * 2**20 / 1e9, engines["heavy"]
+    assert f"its peak memory {table.peak_bytes / 1e9:.2f} GB" in markdown
+    saved = json.loads((tmp_path / "reports" / "ecosystem.json").read_text(encoding="utf-8"))
+    assert saved["peak_bytes"] == table.peak_bytes
+    assert {r["key"]: r["peak_bytes"] for r in saved["rows"]} == {k: r.peak_bytes for k, r in rows.items()}

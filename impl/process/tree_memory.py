@@ -1,0 +1,92 @@
+"""The memory a process tree takes: the proportional set sizes of a process and all its
+descendants, summed (shared pages counted once), and a sampler that keeps its peak.
+
+Used by the ecosystem run (each engine's gate run, servers and engines included) and by
+the suite's own memory report (``tests/memory_profile.py``). A sample can miss a peak
+shorter than its interval."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+#: Seconds between two samples of a process tree.
+SAMPLE_INTERVAL = 0.2
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, grandchildren, … (Linux ``/proc/<pid>/task/<tid>/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{parent}/task"):
+                with contextlib.suppress(OSError):
+                    kids = [int(k) for k in Path(f"/proc/{parent}/task/{task}/children").read_text().split()]
+                    found.extend(kids)
+                    todo.extend(kids)
+    return found
+
+
+def proportional_bytes(pid: int) -> int:
+    """``pid``'s proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``): its
+    resident pages, each shared page divided among the processes sharing it — so a
+    child forked from a large parent (copy-on-write) or two processes mapping the same
+    model file are not counted twice. Its resident size where smaps is not readable;
+    0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def tree_bytes(pid: int) -> int:
+    """The proportional set sizes of ``pid`` and all its descendants, summed: the memory
+    the process tree takes, shared pages counted once."""
+    return sum(proportional_bytes(p) for p in [pid, *descendants(pid)])
+
+
+class TreePeak:
+    """While open, a daemon thread samples ``tree_bytes(pid)`` every ``interval`` seconds
+    and keeps the peak (bytes; 0 where ``/proc`` is not readable)::
+
+        with TreePeak(proc.pid) as peak:
+            proc.wait()
+        peak.bytes
+    """
+
+    def __init__(self, pid: int, interval: float = SAMPLE_INTERVAL) -> None:
+        self.pid, self.interval, self.bytes = pid, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="specgate-tree-peak", daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            self.bytes = max(self.bytes, tree_bytes(self.pid))
+            if self._stop.wait(self.interval):
+                return
+
+    def start(self) -> TreePeak:
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        """Stop sampling (one last sample first); the peak in bytes."""
+        self._stop.set()
+        self._thread.join()
+        return self.bytes
+
+    def __enter__(self) -> TreePeak:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
