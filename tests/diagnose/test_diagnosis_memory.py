@@ -46,7 +46,7 @@ from tests.engines.parity_run import ParityRun, run_parity, script_impl
 ENGINE = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "forward_bugs.py"
 MODEL = "qwen2.5-coder-0.5b-instruct"
 GB = 1 << 30
-COMMITTED = 2 * 10**9  # the bound on what judging adds: 2 GB of anonymous memory (measured: +0.42 GiB)
+COMMITTED = 2 * 10**9  # the bound on what judging adds: 2 GB anonymous (measured: +0.42 GiB)
 ABOVE_THE_WEIGHTS = 1 * GB  # what the PSS may add to the mapped weights
 
 pytestmark = pytest.mark.slow  # two gate runs of a 512-token case on the 0.5B model: minutes
