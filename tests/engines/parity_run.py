@@ -84,5 +84,5 @@ def run_parity(
     return ParityRun(
         proc.returncode, report, proc.stdout + proc.stderr, peak_bytes=peaks.get("peak_bytes"),
         report_bytes=size, own_peak_bytes=peaks.get("own_peak_bytes"),
-        own_peaks={k.removeprefix("own_peak_").removesuffix("_bytes"): v for k, v in peaks.items() if k.startswith("own_peak_")},
+        own_peaks={part: peaks[f"own_peak_{part}_bytes"] for part in ("anon", "file", "pss")} if measure else None,
     )  # fmt: skip
