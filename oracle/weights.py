@@ -118,8 +118,7 @@ class Weights:
             key = self.store.key(info.ggml_type, info.shape, raw, first_row)
             wt = self.store.load(key, (info.shape[1], info.shape[0]))
             if wt is None:
-                wt = self.dequantize_transposed(name)
-                self.store.save(key, wt)
+                wt = self.store.save(key, self.dequantize_transposed(name))  # mapped back if stored
         else:
             wt = self.dequantize_transposed(name)
         self._transposed[name] = wt

@@ -68,19 +68,28 @@ class WeightsStore:
     def load(self, key: str, shape: tuple[int, int]) -> np.ndarray | None:
         """The stored ``Wᵀ`` [in, out] (read-only, memory-mapped), or None if it is not there
         exactly as expected."""
-        try:
-            wt = np.load(self.path(key), mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, EOFError):
-            return None
-        if wt.dtype != np.float32 or wt.shape != shape or not wt.flags.c_contiguous:
+        wt = self._mapped(key, shape)
+        if wt is None:
             return None
         self.hits += 1
         with contextlib.suppress(OSError):
             os.utime(self.path(key))  # used now: the last to go when the folder is trimmed
         return wt
 
-    def save(self, key: str, wt: np.ndarray) -> None:
-        """Keep ``wt`` under ``key`` (atomically: written aside, then renamed)."""
+    def _mapped(self, key: str, shape: tuple[int, ...]) -> np.ndarray | None:
+        try:
+            wt = np.load(self.path(key), mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+        if wt.dtype != np.float32 or wt.shape != shape or not wt.flags.c_contiguous:
+            return None
+        return wt
+
+    def save(self, key: str, wt: np.ndarray) -> np.ndarray:
+        """Keep ``wt`` under ``key`` (atomically: written aside, then renamed) and return it
+        mapped back from the file (read-only), so the caller can drop the computed copy: the
+        first load of a model then holds its weights as reclaimable file pages like every
+        later one, not as anonymous memory. ``wt`` itself if it could not be kept."""
         target = self.path(key)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -94,9 +103,11 @@ class WeightsStore:
                 raise
         except OSError:
             self.failed_writes += 1
-            return
+            return wt
         self.writes += 1
         self.trim(keep=target)
+        mapped = self._mapped(key, wt.shape)
+        return wt if mapped is None else mapped
 
     def trim(self, keep: Path) -> None:
         """Delete the least recently used files (not ``keep``) until the folder fits ``max_bytes``."""

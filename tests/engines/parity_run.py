@@ -24,6 +24,7 @@ class ParityRun:
     output: str
     peak_bytes: int | None = None  # the run's peak resident size, when measured
     own_peak_bytes: int | None = None  # the gate's own process's peak (not its engines'), when measured
+    own_peaks: dict[str, int] | None = None  # its sampled peaks by part (``peak_rss.py``): anon, file, pss
     report_bytes: int = 0  # the JSON report's size on disk
 
     def outcomes(self, stage: str | None = None) -> dict[str, int]:
@@ -83,4 +84,5 @@ def run_parity(
     return ParityRun(
         proc.returncode, report, proc.stdout + proc.stderr, peak_bytes=peaks.get("peak_bytes"),
         report_bytes=size, own_peak_bytes=peaks.get("own_peak_bytes"),
+        own_peaks={part: peaks[f"own_peak_{part}_bytes"] for part in ("anon", "file", "pss")} if measure else None,
     )  # fmt: skip

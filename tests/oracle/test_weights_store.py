@@ -53,14 +53,16 @@ def test_a_stored_model_gives_the_plain_logits_bit_for_bit_and_dequantizes_once(
     path = gguf_path(model_id)
     plain, _ = logits(path, None)
     first_store = WeightsStore(tmp_path, min_bytes=0)  # every matrix: the tiny models' are small
-    first, _ = logits(path, first_store)
+    first, first_model = logits(path, first_store)
+    # the first load too holds every kept matrix mapped back from its file, not as its own copy
+    assert all(isinstance(w, np.memmap) for w in first_model.weights._transposed.values())
     expected = stored_matrices(path, 0)
     assert expected >= 7, "every layer's matrices and the output projection"
     assert (first_store.hits, first_store.writes, first_store.failed_writes) == (0, expected, 0)
     second_store = WeightsStore(tmp_path, min_bytes=0)
     second, model = logits(path, second_store)
     assert (second_store.hits, second_store.writes) == (expected, 0)
-    assert any(isinstance(w, np.memmap) for w in model.weights._transposed.values())
+    assert all(isinstance(w, np.memmap) for w in model.weights._transposed.values())
     assert np.array_equal(first, plain) and np.array_equal(second, plain)
 
 
