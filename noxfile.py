@@ -194,6 +194,21 @@ def ensure_chromium(session: nox.Session) -> None:
         )
 
 
+def ensure_clang(session: nox.Session) -> None:
+    """tinygrad's CPU backend (the tinygrad engine's generate) compiles its kernels with
+    clang: Debian's ``clang`` package, installed here when no clang is on PATH and we may
+    (root, apt-get present); else the session says what to install (the adapter then
+    refuses generate, naming it). Any ``clang-N`` will do: the adapter finds it."""
+    if shutil.which("clang") or any(any(Path(folder).glob("clang-[0-9]*")) for folder in os.get_exec_path()):
+        return
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        session.log("installing Debian's clang for tinygrad's CPU backend (apt-get)")
+        session.run("apt-get", "update", "-q", external=True)
+        session.run("apt-get", "install", "-y", "-q", "clang", external=True)
+    else:
+        session.warn("clang not found: install it (Debian: apt-get install clang) for tinygrad's generate")
+
+
 def split_installs(posargs: list[str]) -> tuple[list[str], list[str]]:
     """(what ``--install PKG`` / ``--install=PKG`` name, the other arguments): each PKG is
     anything ``pip install`` takes (a path, a requirement, ``-r``'s file as ``-rFILE``)."""
@@ -371,6 +386,7 @@ def ecosystem(session: nox.Session) -> None:
     session.install("--upgrade", "pip")
     session.install("-c", LOCK, "-e", ".")
     ensure_chromium(session)  # wllama runs in headless Chromium
+    ensure_clang(session)  # tinygrad compiles its CPU kernels with clang
     fetch_models(session, tiny=False)
     session.run(
         "python",
