@@ -178,35 +178,36 @@ def install_engines(session: nox.Session) -> None:
     )
 
 
-def ensure_chromium(session: nox.Session) -> None:
-    """The HTML report's test opens the page in a real headless browser: Debian's
-    chromium. Installed here when missing and we may (root, apt-get present); else
-    the session says what to install (the test then fails, naming it)."""
-    if shutil.which("chromium") or os.environ.get("SPECGATE_CHROMIUM"):
+def ensure_debian_package(session: nox.Session, package: str, present: bool, why: str) -> None:
+    """Debian's ``package`` installed when not ``present`` and we may (root, apt-get present);
+    else the session says what to install (what needs it then fails or refuses, naming it)."""
+    if present:
         return
     if os.geteuid() == 0 and shutil.which("apt-get"):
-        session.log("installing Debian's chromium for the HTML report test (apt-get)")
+        session.log(f"installing Debian's {package} {why} (apt-get)")
         session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "chromium", external=True)
+        session.run("apt-get", "install", "-y", "-q", package, external=True)
     else:
-        session.warn(
-            "chromium not found: install it (Debian: apt-get install chromium) or set SPECGATE_CHROMIUM"
-        )
+        session.warn(f"{package} not found: install it (Debian: apt-get install {package}) {why}")
+
+
+def ensure_chromium(session: nox.Session) -> None:
+    """The HTML report's test opens the page in a real headless browser: Debian's
+    chromium (or the browser ``SPECGATE_CHROMIUM`` names)."""
+    present = bool(shutil.which("chromium") or os.environ.get("SPECGATE_CHROMIUM"))
+    ensure_debian_package(
+        session, "chromium", present, "for the HTML report tests (or set SPECGATE_CHROMIUM)"
+    )
 
 
 def ensure_clang(session: nox.Session) -> None:
     """tinygrad's CPU backend (the tinygrad engine's generate) compiles its kernels with
-    clang: Debian's ``clang`` package, installed here when no clang is on PATH and we may
-    (root, apt-get present); else the session says what to install (the adapter then
-    refuses generate, naming it). Any ``clang-N`` will do: the adapter finds it."""
-    if shutil.which("clang") or any(any(Path(folder).glob("clang-[0-9]*")) for folder in os.get_exec_path()):
-        return
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        session.log("installing Debian's clang for tinygrad's CPU backend (apt-get)")
-        session.run("apt-get", "update", "-q", external=True)
-        session.run("apt-get", "install", "-y", "-q", "clang", external=True)
-    else:
-        session.warn("clang not found: install it (Debian: apt-get install clang) for tinygrad's generate")
+    clang: any ``clang`` or ``clang-N`` on PATH will do (the adapter finds it); without one
+    the adapter refuses generate, naming what to install."""
+    present = bool(shutil.which("clang")) or any(
+        any(Path(folder).glob("clang-[0-9]*")) for folder in os.get_exec_path()
+    )
+    ensure_debian_package(session, "clang", present, "for tinygrad's CPU backend")
 
 
 def split_installs(posargs: list[str]) -> tuple[list[str], list[str]]:

@@ -276,8 +276,15 @@ def measured(stage: str, pairs: Sequence[tuple[Any, Any, Any]]) -> str:
     conformance_class = stage.partition("/")[2]
     to_deviated = [compare(stage, deviated, got)[1] for deviated, got, _ in pairs]
     to_spec = [compare(stage, spec, got)[1] for _, got, spec in pairs]
+    return class_measured(conformance_class, pairs[0][0].model_id, to_deviated, to_spec)
+
+
+def class_measured(conformance_class: str, model_id: str, to_deviated: list, to_spec: list) -> str:
+    """ "within the <class>'s tolerance …: measured …, against the spec'd oracle …": the
+    engine's distance to the deviated oracle beside its distance to the spec'd one, from the
+    logits comparisons ``to_deviated`` and ``to_spec`` (forward and state diagnoses alike)."""
     if conformance_class == "exact":
-        tol = logits_check.exact_tolerance(pairs[0][0].model_id)
+        tol = logits_check.exact_tolerance(model_id)
         return (
             f"within the exact class's tolerance (max |Δlogit| ≤ {tol:g}): measured max |Δlogit| "
             f"{max(c.max_abs_dlogit for c in to_deviated):.3g}, against the spec'd oracle "

@@ -48,9 +48,8 @@ import numpy as np
 
 from impl.protocol import Engine
 from oracle import rope
-from specgate.checks import logits as logits_check
 from specgate.checks import state as state_check
-from specgate.diagnose.forward import DeviatedModel, topk_record
+from specgate.diagnose.forward import DeviatedModel, class_measured, topk_record
 from specgate.diagnose.tokenizer import Hypothesis, _h
 
 STATE_ROWS = ",".join(
@@ -221,18 +220,8 @@ def measured(stage: str, triples: Sequence[tuple[Any, Any, Any]]) -> str:
     to_spec = [c for _, got, spec in triples for _, c in judged(stage, spec, got) if c is not None]
     if not to_deviated or not to_spec:
         return "with the same session counts at every judged point"
-    if stage.endswith("/exact"):
-        tol = logits_check.exact_tolerance(triples[0][0].model_id)
-        return (
-            f"with the same session counts and, at every judged point, within the exact class's tolerance "
-            f"(max |Δlogit| ≤ {tol:g}): measured max |Δlogit| {max(c.max_abs_dlogit for c in to_deviated):.3g}, "
-            f"against the spec'd oracle {max(c.max_abs_dlogit for c in to_spec):.3g}"
-        )
-    return (
-        f"with the same session counts and, at every judged point, within the quantized class's bounds (KL ≤ "
-        f"{logits_check.QUANTIZED_KL_MEAN:g}, top-1 ≥ {logits_check.QUANTIZED_TOP1:g}): measured worst KL "
-        f"{max(c.kl_mean for c in to_deviated):.3g}, top-1 {min(c.top1_agree_ties_excused for c in to_deviated):.3f}; "
-        f"against the spec'd oracle KL {max(c.kl_mean for c in to_spec):.3g}"
+    return "with the same session counts and, at every judged point, " + class_measured(
+        stage.partition("/")[2], triples[0][0].model_id, to_deviated, to_spec
     )
 
 

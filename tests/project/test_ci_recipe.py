@@ -64,15 +64,16 @@ def test_merge_writes_the_junit_xml_and_the_png_and_summary_embeds_it(tmp_path: 
     assert "| encode | qwen3-vocab |" in summary
 
 
-def lint(workflow: Path) -> subprocess.CompletedProcess:
-    """The workflow checked against GitHub's workflow schema, as vendored in
-    ``check-jsonschema`` (offline; installed by the dev extra)."""
+def lint(path: Path, schema: str = "vendor.github-workflows") -> subprocess.CompletedProcess:
+    """``path`` checked against one of GitHub's schemas as vendored in ``check-jsonschema``
+    (offline; installed by the dev extra): the workflow schema, or ``vendor.github-actions``,
+    SchemaStore's ``github-action.json`` for an action's metadata."""
     binary = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
         "check-jsonschema"
     )
     assert binary, "check-jsonschema is missing: it comes with pip install 'specgate[dev]' (nox -s tests)"
     return subprocess.run(
-        [binary, "--builtin-schema", "vendor.github-workflows", str(workflow)],
+        [binary, "--builtin-schema", schema, str(path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -198,18 +199,8 @@ def action_meta(action: Path = ACTION) -> dict:
 
 
 def lint_action(action: Path) -> subprocess.CompletedProcess:
-    """The action checked against GitHub's action metadata schema (SchemaStore's
-    ``github-action.json``, vendored in ``check-jsonschema`` as ``vendor.github-actions``)."""
-    binary = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent)) or shutil.which(
-        "check-jsonschema"
-    )
-    assert binary, "check-jsonschema is missing: it comes with pip install 'specgate[dev]' (nox -s tests)"
-    return subprocess.run(
-        [binary, "--builtin-schema", "vendor.github-actions", str(action)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """The action checked against GitHub's action metadata schema."""
+    return lint(action, "vendor.github-actions")
 
 
 def test_the_action_passes_githubs_action_metadata_schema(tmp_path: Path) -> None:
