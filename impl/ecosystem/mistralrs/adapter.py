@@ -33,10 +33,21 @@ What mistral.rs's Python API offers, and what the adapter therefore answers:
 - prompts travel as text: the ids are spelled with `detokenize_text` and sent only when
   `tokenize_text` gives them back exactly (else refused), and each response's
   `usage.prompt_tokens` must be their number;
+- `session` (the `session_*` ops, PROTOCOL.md 4.7), through mistral.rs's prefix cache:
+  its Python API has no KV-session op, but every request reuses the KV of the longest
+  prompt prefix it holds in its device prefix cache (`Runner(prefix_cache_n=16)`, the
+  default: the last 16 sequences) and prefills only the rest. A session is therefore the
+  ids the adapter holds; `session_append` sends the whole session as one `logits` request
+  (the last position's top-k: the session's KV is mistral.rs's cached prefix plus what
+  this request prefills), `session_truncate` drops the adapter's ids past `n` (the next
+  request shares only the first `n` with the cached sequence: mistral.rs must not reuse
+  KV past them), `session_close` forgets them. What is gated is the engine's own cache
+  reuse: a prompt that extends, or cuts back and extends, a cached one must give a fresh
+  prefill's logits. The prefix's text round-trips like every prompt (else refused);
 - not offered (n/a): `render` — the Python API renders a model's chat template only inside
   a chat request and exposes neither the prompt nor its ids (`tokenize_text` takes plain
   text); `sample` — it samples only from its own forward's logits; `metadata`, `split`,
-  `trace`, `session` — no such API. A model without weights (a vocab-only GGUF) is refused:
+  `trace` — no such API. A model without weights (a vocab-only GGUF) is refused:
   mistral.rs loads a tokenizer only with its model.
 
 A Rust panic inside mistral.rs (pyo3's `PanicException`) is answered as an `engine` error.
@@ -70,7 +81,7 @@ import mistralrs  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jsonl_engine import BadRequest, Refusal, serve  # noqa: E402
 
-OPS = ["encode", "decode", "logits", "generate"]
+OPS = ["encode", "decode", "logits", "generate", "session"]
 #: The candidates asked per position when the request asks for the full logits array.
 FULL_ARRAY_K = 1024
 #: A chat template that renders a one-message conversation as its content, unchanged.
@@ -162,14 +173,20 @@ def answered(response: Any, n_ids: int, api: str) -> Any:
     return response.choices[0]
 
 
+def last_top(model: dict[str, Any], ids: list[int], k: int) -> list[tuple[int, float]]:
+    """The top ``k`` (id, log-prob) of the prompt's last position, by descending log-prob:
+    a one-token greedy chat request with ``top_logprobs``. Log-probs of probabilities that
+    underflowed float32 are -inf: left out."""
+    choice = chat(runner(model), ids, max_tokens=1, top_logprobs=k)
+    top = choice.logprobs.content[0].top_logprobs
+    named = [(int(t.token), float(t.logprob)) for t in top if math.isfinite(t.logprob)]
+    return sorted(named, key=lambda pair: -pair[1])
+
+
 def logits(request: dict[str, Any]) -> dict[str, Any]:
     ids = [int(i) for i in request["ids"]]
     k = int(request.get("top_k") or 0) or FULL_ARRAY_K
-    engine = runner(request["model"])
-    choice = chat(engine, ids, max_tokens=1, top_logprobs=k)
-    top = choice.logprobs.content[0].top_logprobs
-    # log-probs of probabilities that underflowed float32 are -inf: left unnamed
-    named = [(int(t.token), float(t.logprob)) for t in top if math.isfinite(t.logprob)]
+    named = last_top(request["model"], ids, k)
     width = max(len(named), 1)
     slots = array("i", [-1]) * (width * len(ids))
     values = array("f", [0.0]) * (width * len(ids))
@@ -288,7 +305,64 @@ def stop_string(value: Any) -> str:
         raise Refusal("mistral.rs takes stop sequences as text: this one is not UTF-8 text") from None
 
 
-HANDLERS = {"encode": encode, "decode": decode, "logits": logits, "generate": generate}
+#: Open sessions: id -> the model and the ids the session holds (its KV is mistral.rs's
+#: prefix cache).
+_sessions: dict[str, dict[str, Any]] = {}
+
+
+def session_open(request: dict[str, Any]) -> str:
+    runner(request["model"])  # loaded (or refused) now, not at the first append
+    name = f"s{len(_sessions) + 1}-{os.urandom(4).hex()}"
+    _sessions[name] = {"model": request["model"], "ids": []}
+    return name
+
+
+def session_of(request: dict[str, Any]) -> dict[str, Any]:
+    held = _sessions.get(str(request["session"]))
+    if held is None:
+        raise BadRequest(f"no open session {request['session']!r}")
+    return held
+
+
+def session_append(request: dict[str, Any]) -> dict[str, Any]:
+    """The session's ids grown by ``ids``, sent whole: mistral.rs prefills what its prefix
+    cache does not hold. The last position's top-k, every candidate named (a session's
+    logits must name them all: the top-k form, PROTOCOL.md 4.3)."""
+    held = session_of(request)
+    ids = held["ids"] + [int(i) for i in request["ids"]]
+    if not ids:
+        raise BadRequest("session_append with no ids on an empty session")
+    k = int(request.get("top_k") or 0) or FULL_ARRAY_K
+    named = last_top(held["model"], ids, k)
+    held["ids"] = ids
+    width = max(len(named), 1)
+    slots, values = array("i", [t for t, _ in named] or [0]), array("f", [v for _, v in named] or [0.0])
+    top_k = {
+        "n_vocab": n_vocab(held["model"]["gguf"]),
+        "ids": packed(slots, "int32", [1, width]),
+        "logits": packed(values, "float32", [1, width]),
+        # log-probabilities (logit - lse): the normalizer is 0
+        "lse": packed(array("d", [0.0]), "float64", [1]),
+    }
+    return {"n_past": len(ids), "logits": {"top_k": top_k}}
+
+
+def session_truncate(request: dict[str, Any]) -> int:
+    held, n = session_of(request), int(request["n"])
+    if not 0 <= n <= len(held["ids"]):
+        raise BadRequest(f"session_truncate to {n} tokens: the session holds {len(held['ids'])}")
+    held["ids"] = held["ids"][:n]
+    return n
+
+
+def session_close(request: dict[str, Any]) -> None:
+    _sessions.pop(str(request["session"]), None)
+
+
+HANDLERS = {
+    "encode": encode, "decode": decode, "logits": logits, "generate": generate, "session_open": session_open,
+    "session_append": session_append, "session_truncate": session_truncate, "session_close": session_close,
+}  # fmt: skip
 
 
 def main() -> int:
