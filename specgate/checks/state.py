@@ -125,6 +125,28 @@ def judge_incremental(
     return f"the last position's logits differ from a one-shot prefill of the prompt: {failure}"
 
 
+#: How a metric's worst value over a case's judged points is taken: the largest distance,
+#: the lowest agreement.
+WORST = {"max_abs_dlogit": max, "kl_mean": max, "top1_agree_ties_excused": min}
+
+
+def measured(conformance_class: str, model_id: str, case: dict[str, Any], played: Played) -> dict[str, float]:
+    """The class's reported metrics (``logits.CLASSES``) at their worst over the case's
+    judged points (the prompt's end; every turn): the numbers the verdict read, for the
+    report, pass or fail. A point whose row is not finite has none."""
+    points = [(case["ids"], case["reference"])] if "turns" not in case else [
+        (t["ids"], t["reference"]) for t in case["turns"]
+    ]  # fmt: skip
+    names = logits.CLASSES[conformance_class][1]
+    values: dict[str, list[float]] = {name: [] for name in names}
+    for (ids, reference), row in zip(points, played.rows, strict=False):
+        _, cmp = judge_row(conformance_class, model_id, ids, reference, row)
+        if cmp is not None:
+            for name in names:
+                values[name].append(float(getattr(cmp, name)))
+    return {name: WORST[name](got) for name, got in values.items() if got}
+
+
 def _quote(text: str) -> str:
     return "`" + text.replace("`", "'").replace("\n", "\\n") + "`"
 

@@ -6,7 +6,8 @@ truncating the KV a template drift or a seam makes stale, must give after every 
 fresh prefill's logits of the whole render. Both are judged in the logits stage's
 classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
 The playing and the comparison are in ``specgate.checks.state``; each case is played
-once, whichever classes read it."""
+once, whichever classes read it. The class's metrics at their worst over the case's judged
+points are reported beside the verdict."""
 
 import pytest
 
@@ -15,7 +16,7 @@ from specgate.outcomes.gate import claims, fail_if
 
 
 @pytest.mark.gate("state_incremental")
-def test_state_incremental(engine, specgate, model, model_id, case_id, case, conformance_class):
+def test_state_incremental(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     chunks = "+".join(map(str, case["chunks"][:12])) + ("+…" if len(case["chunks"]) > 12 else "")
     label = (
         f"[state_incremental/{conformance_class}] model {model_id}, prompt {case_id} "
@@ -25,11 +26,13 @@ def test_state_incremental(engine, specgate, model, model_id, case_id, case, con
     played = specgate.answers.get(
         ("state_incremental", model.id, case_id), lambda: checks.play_incremental(engine, model, case)
     )
+    measured = checks.measured(conformance_class, model_id, case, played)
+    request.node.user_properties.extend((f"metric:{name}", value) for name, value in measured.items())
     fail_if(checks.judge_incremental(conformance_class, model_id, case, played), label)
 
 
 @pytest.mark.gate("state_conversation")
-def test_state_conversation(engine, specgate, model, model_id, case_id, case, conformance_class):
+def test_state_conversation(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     label = (
         f"[state_conversation/{conformance_class}] model {model_id}, conversation {case_id} "
         f"({len(case['turns'])} turns, {case['shape']})"
@@ -38,4 +41,6 @@ def test_state_conversation(engine, specgate, model, model_id, case_id, case, co
     played = specgate.answers.get(
         ("state_conversation", model.id, case_id), lambda: checks.play_conversation(engine, model, case)
     )
+    measured = checks.measured(conformance_class, model_id, case, played)
+    request.node.user_properties.extend((f"metric:{name}", value) for name, value in measured.items())
     fail_if(checks.judge_conversation(conformance_class, model_id, case, played), label)

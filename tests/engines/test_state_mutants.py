@@ -16,6 +16,7 @@ import pytest
 
 from impl.process.client import CmdEngine
 from specgate.checks import state
+from specgate.checks.logits import QUANTIZED_KL_MEAN
 from specgate.outcomes.gate import NotApplicable
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
@@ -115,3 +116,33 @@ def test_an_engine_without_sessions_is_not_applicable(model: Any) -> None:
     case = next(iter(snapshots.load(model, "state_incremental").values()))
     with pytest.raises(NotApplicable, match="does not offer 'session'"):
         state.play_incremental(NoSessions(), model, case)
+
+
+def test_the_measured_values_beside_the_verdict_are_the_worst_judged_point(model: Any) -> None:
+    """``state.measured``, the report's metrics column: for the oracle, float noise at every
+    judged point; for a position off by one, the chunked prompt's KL is far outside the
+    quantized class, and a conversation reports its worst turn."""
+    cases = snapshots.load(model, "state_incremental")
+    conversation = snapshots.load(model, "state_conversation")["03_system_prompt_changes"]
+    got = {}
+    for name, argv in [("oracle", ("-m", "specgate.cli", "engine", "--impl", "oracle")),
+                       ("off_by_one", (str(MUTANTS), "position_off_by_one"))]:  # fmt: skip
+        engine = served(*argv)
+        try:
+            chunked = state.play_incremental(engine, model, cases["raw_en_uneven"])
+            turns = state.play_conversation(engine, model, conversation)
+        finally:
+            engine.close()
+        got[name] = (
+            state.measured("exact", model.id, cases["raw_en_uneven"], chunked),
+            state.measured("exact", model.id, conversation, turns),
+            [state.measured("exact", model.id, {**conversation, "turns": [t]}, state.Played([r], [None]))
+             for t, r in zip(conversation["turns"], turns.rows, strict=True)],
+        )  # fmt: skip
+    oracle, off = got["oracle"], got["off_by_one"]
+    assert set(oracle[0]) == {"max_abs_dlogit", "kl_mean", "top1_agree_ties_excused"}
+    assert oracle[0]["kl_mean"] < 1e-9 and oracle[0]["max_abs_dlogit"] < 1e-3, oracle
+    assert off[0]["kl_mean"] > QUANTIZED_KL_MEAN, off
+    per_turn = off[2]
+    assert off[1]["kl_mean"] == max(m["kl_mean"] for m in per_turn) > QUANTIZED_KL_MEAN
+    assert off[1]["top1_agree_ties_excused"] == min(m["top1_agree_ties_excused"] for m in per_turn)
