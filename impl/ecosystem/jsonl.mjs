@@ -13,6 +13,9 @@ export class Refusal extends Error {}
 /** The run is not set up as PROTOCOL.md asks (a missing exported file): a `bad_request` error. */
 export class SetupError extends Error {}
 
+/** The request does not follow PROTOCOL.md (a session never opened): a `bad_request` error. */
+export class BadRequest extends Error {}
+
 /** The version in the package.json next to `entryUrl`'s folder (the adapter's own
  * `import.meta.resolve(name)`: resolution must start from the adapter's node_modules). */
 export function packageVersion(entryUrl) {
@@ -29,7 +32,7 @@ async function answer(handlers, request) {
     return { id: request.id, result: await handler(request) };
   } catch (error) {
     if (error instanceof Refusal) return { id: request.id, error: { type: "unsupported", message: error.message } };
-    if (error instanceof SetupError) return { id: request.id, error: { type: "bad_request", message: error.message } };
+    if (error instanceof SetupError || error instanceof BadRequest) return { id: request.id, error: { type: "bad_request", message: error.message } };
     process.stderr.write(`${error.stack}\n`);
     return { id: request.id, error: { type: "engine", message: `${error.name}: ${error.message}` } };
   }

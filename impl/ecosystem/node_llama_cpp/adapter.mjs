@@ -1,6 +1,6 @@
 // node-llama-cpp (llama.cpp's Node.js binding) as a specgate `cmd:` engine speaking PROTOCOL.md
-// (`specgate-jsonl/1`): stages encode, decode, logits (top-k form, quantized class) and generate
-// (greedy). Standalone: node builtins, node-llama-cpp and ../jsonl.mjs only; CPU only (`gpu: false`).
+// (`specgate-jsonl/1`): stages encode, decode, logits (top-k form, quantized class), generate
+// (greedy) and the state stages (sessions). Standalone: node builtins, node-llama-cpp and ../jsonl.mjs only; CPU only (`gpu: false`).
 //
 //     node impl/ecosystem/node_llama_cpp/adapter.mjs
 //
@@ -18,9 +18,16 @@
 //   temperature 0; sampled generation is refused (the protocol's draws come from Python's
 //   random.Random, node-llama-cpp samples with llama.cpp's own RNG), and so are penalties other
 //   than neutral (this adapter does not map them onto the library's repeatPenalty option).
+// - session (the session_* ops, PROTOCOL.md 4.7; the state stages): a session is a
+//   LlamaContextSequence of its own context — the KV state the library's LlamaChatSession keeps
+//   between prompts. session_append evaluates the ids after the sequence's history
+//   (controlledEvaluate, the probabilities asked at the last one only) and answers the
+//   sequence's own nextTokenIndex as n_past; session_truncate erases the tokens from n on
+//   (eraseContextTokenRanges, llama.cpp's KV sequence removal); session_close disposes of the
+//   context. The logits are the top-k form as for logits (probabilities, not logits).
 
 import { getLlama, LlamaLogLevel, readGgufFileInfo } from "node-llama-cpp";
-import { Refusal, packageVersion, serve } from "../jsonl.mjs";
+import { BadRequest, Refusal, packageVersion, serve } from "../jsonl.mjs";
 
 const CONTEXT_SIZE = 4096;
 // One evaluation thread: on this 2-core machine shared with other processes, llama.cpp's
@@ -106,12 +113,7 @@ function encodedArray(dtype, shape, typedArray) {
 }
 
 async function logits(request) {
-  const topK = request.top_k ?? 0;
-  if (topK === 0) {
-    throw new Refusal(
-      "node-llama-cpp exposes probabilities, not logits: only the top-k form (top_k > 0) can carry them",
-    );
-  }
+  const topK = topKOf(request);
   if (request.ids.length === 0) throw new Refusal("no ids to evaluate");
   const { model, sequence } = await freshSequence(request.model);
   const n = request.ids.length;
@@ -127,22 +129,7 @@ async function logits(request) {
     const chunk = request.ids.slice(start, start + LOGITS_CHUNK).map((id) => [id, everyPosition]);
     const outputs = await sequence.controlledEvaluate(chunk);
     outputs.forEach((output, offset) => {
-      const row = start + offset;
-      const probabilities = output.next.probabilities;
-      if (probabilities.size !== nVocab) {
-        throw new Error(`the sampler reported ${probabilities.size} probabilities, not the vocabulary's ${nVocab}`);
-      }
-      let total = 0;
-      let column = 0;
-      for (const [id, p] of probabilities) {
-        total += p;
-        if (column < k) {
-          ids[row * k + column] = id;
-          values[row * k + column] = Math.log(p);
-          column += 1;
-        }
-      }
-      lse[row] = Math.log(total);
+      writeTopRow(output.next.probabilities, nVocab, k, start + offset, ids, values, lse);
     });
   }
   return {
@@ -153,6 +140,100 @@ async function logits(request) {
       lse: encodedArray("float64", [n], lse),
     },
   };
+}
+
+/** The top-k form of one row from the sampler's probability map (PLAIN_SOFTMAX: softmax of the
+ * logits over the whole vocabulary, by descending probability), written at `row`. */
+function writeTopRow(probabilities, nVocab, k, row, ids, values, lse) {
+  if (probabilities.size !== nVocab) {
+    throw new Error(`the sampler reported ${probabilities.size} probabilities, not the vocabulary's ${nVocab}`);
+  }
+  let total = 0;
+  let column = 0;
+  for (const [id, p] of probabilities) {
+    total += p;
+    if (column < k) {
+      ids[row * k + column] = id;
+      values[row * k + column] = Math.log(p);
+      column += 1;
+    }
+  }
+  lse[row] = Math.log(total);
+}
+
+function topKOf(request) {
+  const topK = request.top_k ?? 0;
+  if (topK === 0) {
+    throw new Refusal(
+      "node-llama-cpp exposes probabilities, not logits: only the top-k form (top_k > 0) can carry them",
+    );
+  }
+  return topK;
+}
+
+// ---- sessions: a context sequence each -------------------------------------------------------
+
+const sessions = new Map(); // session id -> {context, sequence, model}
+let sessionsOpened = 0;
+
+async function session_open(request) {
+  const entry = await loadedModel(request.model);
+  if (entry.vocabOnly) throw new Refusal("the GGUF is vocabulary-only: no weights to evaluate");
+  const context = await entry.model.createContext({ contextSize: CONTEXT_SIZE, sequences: 1, threads: THREADS });
+  sessionsOpened += 1;
+  const id = `s${sessionsOpened}`;
+  sessions.set(id, { context, sequence: context.getSequence(), model: entry.model });
+  return id;
+}
+
+function sessionOf(request) {
+  const session = sessions.get(request.session);
+  if (session === undefined) throw new BadRequest(`no open session ${JSON.stringify(request.session)}`);
+  return session;
+}
+
+async function session_append(request) {
+  const session = sessionOf(request);
+  const k = Math.min(topKOf(request), session.model.fileInfo.metadata.tokenizer.ggml.tokens.length);
+  const n = request.ids.length;
+  if (n === 0) throw new BadRequest("session_append with no ids");
+  const nVocab = session.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const last = { generateNext: { probabilities: true, options: PLAIN_SOFTMAX } };
+  const outputs = await session.sequence.controlledEvaluate(request.ids.map((id, i) => (i === n - 1 ? [id, last] : id)));
+  const answer = outputs[n - 1];
+  if (answer?.next?.probabilities === undefined) throw new Error("controlledEvaluate answered no probabilities");
+  const ids = new Int32Array(k);
+  const values = new Float32Array(k);
+  const lse = new Float64Array(1);
+  writeTopRow(answer.next.probabilities, nVocab, k, 0, ids, values, lse);
+  return {
+    n_past: session.sequence.nextTokenIndex,
+    logits: {
+      top_k: {
+        n_vocab: nVocab,
+        ids: encodedArray("int32", [1, k], ids),
+        logits: encodedArray("float32", [1, k], values),
+        lse: encodedArray("float64", [1], lse),
+      },
+    },
+  };
+}
+
+async function session_truncate(request) {
+  const session = sessionOf(request);
+  const held = session.sequence.nextTokenIndex;
+  if (!(request.n >= 0 && request.n <= held)) {
+    throw new BadRequest(`session_truncate to ${request.n} tokens: the session holds ${held}`);
+  }
+  if (request.n < held) await session.sequence.eraseContextTokenRanges([{ start: request.n, end: held }]);
+  return session.sequence.nextTokenIndex;
+}
+
+async function session_close(request) {
+  const session = sessions.get(request.session);
+  sessions.delete(request.session);
+  if (session !== undefined) await session.context.dispose();
+  return null;
 }
 
 function generateParams(params) {
@@ -213,8 +294,8 @@ await serve(
   {
     engine: "node-llama-cpp",
     version: packageVersion(import.meta.resolve("node-llama-cpp")),
-    capabilities: ["encode", "decode", "logits", "generate"],
+    capabilities: ["encode", "decode", "logits", "generate", "session"],
     classes: ["quantized"],
   },
-  { encode, decode, logits, generate },
+  { encode, decode, logits, generate, session_open, session_append, session_truncate, session_close },
 );
