@@ -6,8 +6,6 @@ shown again at the top of that engine's page."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from specgate.ecosystem.confirm import FAILS
 from specgate.ecosystem.gating import EngineRun
 from specgate.ecosystem.markdown import MESSAGE_CHARS, TOP_CAUSES, gigabytes, machine_line, unmachined
@@ -58,7 +56,12 @@ def matrix(table: Table, links: dict[str, str]) -> str:
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     body = []
     for r in table.rows:
-        for stage, c in r.counts().items() or [("—", Counter())]:
+        if not r.counts():  # gated nothing (could not run): no count is claimed, as in the Markdown
+            body.append(
+                f'<tr class="cell" data-engine="{escape(r.key)}" data-stage="—"><td class="engine">'
+                f"{engine_name(r, links)}</td><td>—</td>{'<td>—</td>' * len(OUTCOMES)}</tr>"
+            )
+        for stage, c in r.counts().items():
             cells = "".join(
                 f'<td class="count o-{o}{" zero" if not c.get(o, 0) else ""}" data-outcome="{o}">{c.get(o, 0)}</td>'
                 for o in OUTCOMES
