@@ -3,8 +3,8 @@ state stages' cases: the float noise the ``quantized`` class of ``state_incremen
 ``state_conversation`` has to absorb, before an engine built on llama.cpp is judged on it.
 
 Per case of a model's committed ``state_incremental`` / ``state_conversation`` snapshots,
-llama.cpp (llama-cpp-python, in process, plain buffers as the server runs it, 2 threads)
-evaluates the judged ids in several chunkings on one context — whole; one token at a
+llama.cpp (the suite's in-process reference context, ``impl.llamacpp``: plain buffers,
+every position's logits kept, SPECGATE_LLAMA_THREADS threads) evaluates the judged ids in several chunkings on one context — whole; one token at a
 time; the case's own chunks (or each turn's kept prefix, then the rest); a prefix of 1..8
 tokens then the rest — and each last-position row is judged exactly as the gate judges it
 (``specgate.checks.state.judge_row``, quantized class). Printed: per case the mean KL of
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from impl.ecosystem.llama_cpp_server.serve import plain_buffers
+from impl.llamacpp.engine import LlamaCppEngine
 from specgate.checks import state
 from specgate.checks.logits import QUANTIZED_KL_MEAN
 from specgate.upkeep import snapshots
@@ -56,11 +56,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     args = parser.parse_args()
-    import llama_cpp
+    from importlib.metadata import version
 
     model = model_for(args.model)
-    with plain_buffers():
-        llm = llama_cpp.Llama(str(model.gguf), n_ctx=2048, n_threads=2, verbose=False, logits_all=True)
+    llm = LlamaCppEngine().llama(model, vocab_only=False)  # the suite's llama.cpp reference context
 
     def last_row(ids: list[int], sizes: list[int]) -> np.ndarray:
         llm.reset()
@@ -85,7 +84,7 @@ def main() -> int:
     worst_ref: dict[str, float] = {}
     worst_self: dict[str, float] = {}
     print(
-        f"model {model.id}; llama.cpp {llama_cpp.__version__}; quantized class bound: mean KL <= {QUANTIZED_KL_MEAN}"
+        f"model {model.id}; llama-cpp-python {version('llama-cpp-python')}; quantized class bound: mean KL <= {QUANTIZED_KL_MEAN}"
     )
     for name, ids, reference, own in points:
         one_shot = last_row(ids, [len(ids)])
