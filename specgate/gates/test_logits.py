@@ -7,7 +7,7 @@ engine computes each prompt's logits once, whichever classes read them."""
 import pytest
 
 from specgate.checks import logits as checks
-from specgate.outcomes.gate import call, claims, fail_if, refused
+from specgate.outcomes.gate import call, claims, fail_if, refused, report_metrics
 
 pytestmark = pytest.mark.gate("logits")
 
@@ -22,9 +22,9 @@ def test_logits(engine, specgate, model, model_id, case_id, case, conformance_cl
     )
     fail_if(checks.well_formed(case, got), label)
     failure, cmp = checks.check(conformance_class, model_id, case, got)
-    request.node.user_properties.extend((f"metric:{name}", getattr(cmp, name)) for name in metrics)
+    report_metrics(request, {name: getattr(cmp, name) for name in metrics})
     if cmp.unnamed_top1:  # an engine that cannot name every candidate: judged on those it names
-        request.node.user_properties.append(("metric:unnamed_top1", float(cmp.unnamed_top1)))
+        report_metrics(request, {"unnamed_top1": float(cmp.unnamed_top1)})
     if reason := checks.unjudged(got, cmp):
         refused(f"{label}: {reason}")
     fail_if(failure, label)

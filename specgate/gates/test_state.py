@@ -12,7 +12,7 @@ points are reported beside the verdict."""
 import pytest
 
 from specgate.checks import state as checks
-from specgate.outcomes.gate import claims, fail_if
+from specgate.outcomes.gate import claims, fail_if, report_metrics
 
 
 @pytest.mark.gate("state_incremental")
@@ -26,8 +26,7 @@ def test_state_incremental(engine, specgate, model, model_id, case_id, case, con
     played = specgate.answers.get(
         ("state_incremental", model.id, case_id), lambda: checks.play_incremental(engine, model, case)
     )
-    measured = checks.measured(conformance_class, model_id, case, played)
-    request.node.user_properties.extend((f"metric:{name}", value) for name, value in measured.items())
+    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
     fail_if(checks.judge_incremental(conformance_class, model_id, case, played), label)
 
 
@@ -41,6 +40,5 @@ def test_state_conversation(engine, specgate, model, model_id, case_id, case, co
     played = specgate.answers.get(
         ("state_conversation", model.id, case_id), lambda: checks.play_conversation(engine, model, case)
     )
-    measured = checks.measured(conformance_class, model_id, case, played)
-    request.node.user_properties.extend((f"metric:{name}", value) for name, value in measured.items())
+    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
     fail_if(checks.judge_conversation(conformance_class, model_id, case, played), label)

@@ -65,6 +65,12 @@ def reference_disagreement(reason: str) -> NoReturn:
     raise ReferenceDisagreement(reason)
 
 
+def report_metrics(request: pytest.FixtureRequest, metrics: dict[str, float]) -> None:
+    """The measured values beside a case's verdict, pass or fail (the report's metrics
+    column: ``specgate.run.outcome`` reads ``metric:`` properties)."""
+    request.node.user_properties.extend((f"metric:{name}", value) for name, value in metrics.items())
+
+
 def claims(engine: Engine, capability: str, conformance_class: str) -> None:
     """``n/a`` when the engine offers ``capability`` but does not claim
     ``conformance_class`` (``Engine.classes``); an engine that does not offer it at

@@ -183,29 +183,34 @@ def last_top(model: dict[str, Any], ids: list[int], k: int) -> list[tuple[int, f
     return sorted(named, key=lambda pair: -pair[1])
 
 
+def last_position_top_k(named: list[tuple[int, float]], n_rows: int, gguf: str) -> dict[str, Any]:
+    """The protocol's top-k form (PROTOCOL.md 4.3) of ``n_rows`` positions of which only the
+    last holds ``named`` (its (id, log-prob) candidates; every other slot -1, empty). The
+    values are log-probabilities (logit - lse), so lse is 0."""
+    width = max(len(named), 1)
+    slots = array("i", [-1]) * (width * n_rows)
+    values = array("f", [0.0]) * (width * n_rows)
+    last = width * (n_rows - 1)
+    for j, (token, logprob) in enumerate(named):
+        slots[last + j], values[last + j] = token, logprob
+    return {
+        "n_vocab": n_vocab(gguf),
+        "ids": packed(slots, "int32", [n_rows, width]),
+        "logits": packed(values, "float32", [n_rows, width]),
+        "lse": packed(array("d", [0.0]) * n_rows, "float64", [n_rows]),
+    }
+
+
 def logits(request: dict[str, Any]) -> dict[str, Any]:
     ids = [int(i) for i in request["ids"]]
     k = int(request.get("top_k") or 0) or FULL_ARRAY_K
     named = last_top(request["model"], ids, k)
-    width = max(len(named), 1)
-    slots = array("i", [-1]) * (width * len(ids))
-    values = array("f", [0.0]) * (width * len(ids))
-    last = width * (len(ids) - 1)
-    for j, (token, logprob) in enumerate(named):
-        slots[last + j], values[last + j] = token, logprob
-    return {
-        "top_k": {
-            "n_vocab": n_vocab(request["model"]["gguf"]),
-            "ids": packed(slots, "int32", [len(ids), width]),
-            # the values are log-probabilities (logit - lse), so lse is 0
-            "logits": packed(values, "float32", [len(ids), width]),
-            "lse": packed(array("d", [0.0]) * len(ids), "float64", [len(ids)]),
-            "unnamed": (
-                f"mistral.rs reports log-probs only for the tokens it generates (its top {k}, by id): "
-                f"only the prompt's last position is asked, the other {len(ids) - 1} are left unnamed"
-            ),
-        }
-    }
+    top_k = last_position_top_k(named, len(ids), request["model"]["gguf"])
+    top_k["unnamed"] = (
+        f"mistral.rs reports log-probs only for the tokens it generates (its top {k}, by id): "
+        f"only the prompt's last position is asked, the other {len(ids) - 1} are left unnamed"
+    )
+    return {"top_k": top_k}
 
 
 def packed(values: array, dtype: str, shape: list[int]) -> dict[str, Any]:
@@ -334,17 +339,10 @@ def session_append(request: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest("session_append with no ids on an empty session")
     k = int(request.get("top_k") or 0) or FULL_ARRAY_K
     named = last_top(held["model"], ids, k)
+    if not named:  # never an adapter's filler in its place
+        raise RuntimeError("mistral.rs named no candidate with a finite log-prob for the last position")
     held["ids"] = ids
-    width = max(len(named), 1)
-    slots, values = array("i", [t for t, _ in named] or [0]), array("f", [v for _, v in named] or [0.0])
-    top_k = {
-        "n_vocab": n_vocab(held["model"]["gguf"]),
-        "ids": packed(slots, "int32", [1, width]),
-        "logits": packed(values, "float32", [1, width]),
-        # log-probabilities (logit - lse): the normalizer is 0
-        "lse": packed(array("d", [0.0]), "float64", [1]),
-    }
-    return {"n_past": len(ids), "logits": {"top_k": top_k}}
+    return {"n_past": len(ids), "logits": {"top_k": last_position_top_k(named, 1, held["model"]["gguf"])}}
 
 
 def session_truncate(request: dict[str, Any]) -> int:
