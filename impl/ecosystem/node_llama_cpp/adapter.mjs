@@ -132,14 +132,7 @@ async function logits(request) {
       writeTopRow(output.next.probabilities, nVocab, k, start + offset, ids, values, lse);
     });
   }
-  return {
-    top_k: {
-      n_vocab: nVocab,
-      ids: encodedArray("int32", [n, k], ids),
-      logits: encodedArray("float32", [n, k], values),
-      lse: encodedArray("float64", [n], lse),
-    },
-  };
+  return topKForm(nVocab, n, k, ids, values, lse);
 }
 
 /** The top-k form of one row from the sampler's probability map (PLAIN_SOFTMAX: softmax of the
@@ -159,6 +152,18 @@ function writeTopRow(probabilities, nVocab, k, row, ids, values, lse) {
     }
   }
   lse[row] = Math.log(total);
+}
+
+/** The protocol's top-k form (PROTOCOL.md 4.3) of `n` rows of `k` candidates. */
+function topKForm(nVocab, n, k, ids, values, lse) {
+  return {
+    top_k: {
+      n_vocab: nVocab,
+      ids: encodedArray("int32", [n, k], ids),
+      logits: encodedArray("float32", [n, k], values),
+      lse: encodedArray("float64", [n], lse),
+    },
+  };
 }
 
 function topKOf(request) {
@@ -194,10 +199,10 @@ function sessionOf(request) {
 
 async function session_append(request) {
   const session = sessionOf(request);
-  const k = Math.min(topKOf(request), session.model.fileInfo.metadata.tokenizer.ggml.tokens.length);
+  const nVocab = session.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const k = Math.min(topKOf(request), nVocab);
   const n = request.ids.length;
   if (n === 0) throw new BadRequest("session_append with no ids");
-  const nVocab = session.model.fileInfo.metadata.tokenizer.ggml.tokens.length;
   const last = { generateNext: { probabilities: true, options: PLAIN_SOFTMAX } };
   const outputs = await session.sequence.controlledEvaluate(request.ids.map((id, i) => (i === n - 1 ? [id, last] : id)));
   const answer = outputs[n - 1];
@@ -206,17 +211,7 @@ async function session_append(request) {
   const values = new Float32Array(k);
   const lse = new Float64Array(1);
   writeTopRow(answer.next.probabilities, nVocab, k, 0, ids, values, lse);
-  return {
-    n_past: session.sequence.nextTokenIndex,
-    logits: {
-      top_k: {
-        n_vocab: nVocab,
-        ids: encodedArray("int32", [1, k], ids),
-        logits: encodedArray("float32", [1, k], values),
-        lse: encodedArray("float64", [1], lse),
-      },
-    },
-  };
+  return { n_past: session.sequence.nextTokenIndex, logits: topKForm(nVocab, 1, k, ids, values, lse) };
 }
 
 async function session_truncate(request) {
