@@ -8,6 +8,9 @@ metrics, on the one judged position).
 * ``play_conversation``: a new session, per turn the KV the new render no longer holds
   truncated (``keep``: a template drift, a seam) and only the rest appended; the session
   must then hold the whole render, and its logits are judged per turn.
+* ``play_reuse``: the case's steps on two sessions (open, append a span of the session's
+  ids, close); after each append the session must hold the span's end, and at each
+  judged point its logits are judged against a fresh prefill of what it holds.
 
 Playing is class-free (the engine is asked once per case, whichever classes read the
 answer); ``judge_*`` judges one class. A session the engine holds wrongly (a count
@@ -98,6 +101,49 @@ def play_conversation(engine: Any, model: Any, case: dict[str, Any]) -> Played:
     return played
 
 
+def play_reuse(engine: Any, model: Any, case: dict[str, Any]) -> Played:
+    """The steps of ``case`` on the engine's sessions (labels ``a``, ``b`` mapped to the ids
+    ``session_open`` answers): the row at each judged point, and per point the first count
+    its session held wrongly before it."""
+    sessions, points = case["sessions"], case["points"]
+    played = Played(rows=[np.empty(0, np.float32)] * len(points), held=[None] * len(points))
+    opened: dict[str, str] = {}
+    wrong: dict[str, str] = {}  # label -> the first count it held wrongly
+    try:
+        for step in case["steps"]:
+            label = step["session"]
+            if step["op"] == "open":
+                opened[label] = _session(engine, model)
+            elif step["op"] == "close":
+                _close(engine, opened.pop(label))
+            else:
+                start, end = step["span"]
+                n_past, row = _append(engine, opened[label], sessions[label][start:end])
+                if n_past != end and label not in wrong:
+                    wrong[label] = (
+                        f"after appending tokens {start}..{end - 1} session {label} holds {n_past} tokens, "
+                        f"expected {end}"
+                    )
+                if "point" in step:
+                    played.rows[step["point"]] = row
+                    played.held[step["point"]] = wrong.get(label)
+    finally:
+        for sid in opened.values():
+            _close(engine, sid)
+    return played
+
+
+def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:
+    """A state case's judged points, in the order its rows are played: (the ids the session
+    holds, the reference at their last position) — the prompt's end; every turn; every
+    point of a reuse case."""
+    if "turns" in case:
+        return [(t["ids"], t["reference"]) for t in case["turns"]]
+    if "points" in case:
+        return [(case["sessions"][p["session"]][: p["n"]], p["reference"]) for p in case["points"]]
+    return [(case["ids"], case["reference"])]
+
+
 def judge_row(
     conformance_class: str, model_id: str, ids: list[int], reference: dict[str, Any], row: np.ndarray
 ) -> tuple[str | None, Any]:
@@ -134,9 +180,7 @@ def measured(conformance_class: str, model_id: str, case: dict[str, Any], played
     """The class's reported metrics (``logits.CLASSES``) at their worst over the case's
     judged points (the prompt's end; every turn): the numbers the verdict read, for the
     report, pass or fail. A point whose row is not finite has none."""
-    points = [(case["ids"], case["reference"])] if "turns" not in case else [
-        (t["ids"], t["reference"]) for t in case["turns"]
-    ]  # fmt: skip
+    points = judged_points(case)
     names = logits.CLASSES[conformance_class][1]
     values: dict[str, list[float]] = {name: [] for name in names}
     for (ids, reference), row in zip(points, played.rows, strict=False):
@@ -188,4 +232,27 @@ def judge_conversation(
                 f"turn {number} (appending tokens {turn['keep']}..{len(turn['ids']) - 1}): {kl}: {failure}"
             )
         return message
+    return None
+
+
+def judge_reuse(conformance_class: str, model_id: str, case: dict[str, Any], played: Played) -> str | None:
+    """The first judged point whose session count or logits are wrong, named: the session,
+    what it holds, and what the other session held past the shared prefix."""
+    shared = case["shared"]
+    for point, (ids, reference), row, held in zip(
+        case["points"], judged_points(case), played.rows, played.held, strict=True
+    ):
+        failure, cmp = judge_row(conformance_class, model_id, ids, reference, row)
+        if held is None and failure is None:
+            continue
+        label = point["session"]
+        other = "b" if label == "a" else "a"
+        kl = f"a fresh prefill differs by KL {cmp.kl_mean:.3g}" if cmp is not None else failure
+        where = (
+            f"session {label} holding {len(ids)} tokens, the first {min(shared, len(ids))} shared with "
+            f"session {other} (which differs from token {shared} on)"
+        )
+        if held is not None:
+            return f"{where}: {held}; {kl}"
+        return f"{where}: {kl}: {failure}"
     return None

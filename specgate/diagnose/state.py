@@ -1,6 +1,6 @@
 """The state stages' catalogue: known deviations applied to the oracle's sessions.
 
-A failing ``state_incremental`` or ``state_conversation`` case is played again, on the
+A failing ``state_incremental``, ``state_conversation`` or ``state_reuse`` case is played again, on the
 engine and on the oracle's sessions (``oracle.session.Session``) with one *knob* of what
 an engine keeps between requests deviated — each a classic defect of a KV cache:
 
@@ -54,7 +54,7 @@ from specgate.diagnose.tokenizer import Hypothesis, _h
 
 STATE_ROWS = ",".join(
     f"{stage}/{conformance_class}"
-    for stage in ("state_incremental", "state_conversation")
+    for stage in ("state_incremental", "state_conversation", "state_reuse")
     for conformance_class in ("exact", "quantized")
 )
 #: Tokens of the case the priming session holds when it is closed.
@@ -137,8 +137,10 @@ class DeviatedSessions(Engine):
 
 
 def first_ids(inp: Mapping[str, Any]) -> list[int]:
-    """The ids a case starts with (its prompt; its first turn's render)."""
+    """The ids a case starts with (its prompt; its first turn's render; its first session's)."""
     data = inp["data"]
+    if "sessions" in data:
+        return list(data["sessions"][data["steps"][0]["session"]])
     return list(data["ids"] if "ids" in data else data["turns"][0]["ids"])
 
 
@@ -162,8 +164,9 @@ def played(engine: Any, model: Any, model_id: str, inp: Mapping[str, Any]) -> St
     if inp["stage"] == "state_incremental":
         p = state_check.play_incremental(engine, model, data)
         return StateAnswer(model_id, [list(data["ids"])], p.rows, p.held)
-    p = state_check.play_conversation(engine, model, data)
-    return StateAnswer(model_id, [list(t["ids"]) for t in data["turns"]], p.rows, p.held)
+    play = state_check.play_conversation if inp["stage"] == "state_conversation" else state_check.play_reuse
+    p = play(engine, model, data)
+    return StateAnswer(model_id, [list(ids) for ids, _ in state_check.judged_points(data)], p.rows, p.held)
 
 
 # ---------------------------------------------------------------------------
@@ -272,15 +275,22 @@ def applies(stage: str, m: ModelSessions, inp: Mapping[str, Any], knobs: Mapping
     engine failed (a session inherited from an earlier one shows only after one)."""
     data = inp["data"]
     if "ids" in data:  # incremental: appends of these sizes, never a truncate
-        appends, truncates = list(data["chunks"]), False
+        later, truncates = list(data["chunks"][1:]), False
+    elif "steps" in data:  # reuse: each session's appends after its first, never a truncate
+        later, truncates, seen = [], False, set()
+        for step in (s for s in data["steps"] if s["op"] == "append"):
+            if step["session"] in seen:
+                later.append(step["span"][1] - step["span"][0])
+            seen.add(step["session"])
     else:
         turns = data["turns"]
-        appends, truncates = [len(t["ids"]) - t["keep"] for t in turns], any(t["drop"] > 0 for t in turns)
+        later = [len(t["ids"]) - t["keep"] for t in turns[1:]]
+        truncates = any(t["drop"] > 0 for t in turns)
     return not (
         (knobs.get("no_truncate") and not truncates)
         or (knobs.get("sessions_shared") and inp["gated"] == "pass")
-        or (knobs.get("rope_shift") and len(appends) < 2)
-        or (knobs.get("boundary_kv_zero") and not any(n > 1 for n in appends[1:]))
+        or (knobs.get("rope_shift") and not later)
+        or (knobs.get("boundary_kv_zero") and not any(n > 1 for n in later))
     )
 
 
@@ -290,7 +300,7 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
     stage = record.stage.partition("/")[0]
     case = recorded_case(record, stage)  # under the snapshot root the record carries
-    if not isinstance(case, Mapping) or not ("ids" in case or case.get("turns")):
+    if not isinstance(case, Mapping) or not ("ids" in case or case.get("turns") or case.get("steps")):
         return None
     return {"stage": stage, "case": record.case, "gated": record.outcome, "data": case}
 

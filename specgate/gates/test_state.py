@@ -3,7 +3,10 @@
 must give the one-shot logits at its last position; ``state_conversation``: a
 multi-turn conversation, each turn appending only what the incremental render adds and
 truncating the KV a template drift or a seam makes stale, must give after every turn a
-fresh prefill's logits of the whole render. Both are judged in the logits stage's
+fresh prefill's logits of the whole render; ``state_reuse``: two sessions over branches
+sharing a prefix (one opened after the other is closed, side by side, in turns, cut back
+to the prefix) must give at every judged point a fresh prefill's logits of what that
+session holds. All are judged in the logits stage's
 classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
 The playing and the comparison are in ``specgate.checks.state``; each case is played
 once, whichever classes read it. The class's metrics at their worst over the case's judged
@@ -42,3 +45,14 @@ def test_state_conversation(engine, specgate, model, model_id, case_id, case, co
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
     fail_if(checks.judge_conversation(conformance_class, model_id, case, played), label)
+
+
+@pytest.mark.gate("state_reuse")
+def test_state_reuse(engine, specgate, model, model_id, case_id, case, conformance_class, request):
+    label = f"[state_reuse/{conformance_class}] model {model_id}, case {case_id} ({case['shape']})"
+    claims(engine, "session", conformance_class)
+    played = specgate.answers.get(
+        ("state_reuse", model.id, case_id), lambda: checks.play_reuse(engine, model, case)
+    )
+    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
+    fail_if(checks.judge_reuse(conformance_class, model_id, case, played), label)

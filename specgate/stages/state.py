@@ -6,7 +6,12 @@ prefill.
   chunks, whole — gives the one-shot logits at its last position;
 * ``state_conversation``: a multi-turn conversation, each turn appending only the delta
   the oracle's incremental renderer defines and truncating the KV a template drift or a
-  seam makes stale, gives after every turn a fresh prefill's logits of the whole render.
+  seam makes stale, gives after every turn a fresh prefill's logits of the whole render;
+* ``state_reuse``: two sessions over branches that share a prefix — the second opened
+  after the first is closed, beside it, appended in turns with it, or cut back to the
+  shared prefix — give at every judged point a fresh prefill's logits of what that
+  session holds: whatever an engine reuses between sessions (a prefix cache, a forked
+  sequence, one slot switched between two), nothing stale is read.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 from impl.protocol import CONFORMANCE_CLASSES
 from specgate.stages.base import Stage
-from specgate.stages.state_cases import conversation_cases, incremental_cases
+from specgate.stages.state_cases import conversation_cases, incremental_cases, reuse_cases
 
 STATE_INCREMENTAL = Stage(
     "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
@@ -29,4 +34,7 @@ STATE_INCREMENTAL = Stage(
 STATE_CONVERSATION = Stage(
     "state_conversation", capability="session", snapshot="state_conversation", classes=CONFORMANCE_CLASSES,
     build=conversation_cases,
+)  # fmt: skip
+STATE_REUSE = Stage(
+    "state_reuse", capability="session", snapshot="state_reuse", classes=CONFORMANCE_CLASSES, build=reuse_cases,
 )  # fmt: skip

@@ -1,8 +1,8 @@
 """How the state stages' cases are built (``Stage.build``) and recorded.
 
-Cases are data: per model a ``state_incremental`` and a ``state_conversation``
-snapshot, built from the corpus and the model's tokenizer and template, each case
-carrying its ids beside the reference logits at the last position.
+Cases are data: per model a ``state_incremental``, a ``state_conversation`` and a
+``state_reuse`` snapshot, built from the corpus and the model's tokenizer and template,
+each case carrying its ids beside the reference logits at the last position.
 
 * ``incremental_cases``: per prompt (the forward corpus' ``prompts``, tokenized with
   special tokens parsed) and chunking (``CHUNKINGS``: one token at a time, uneven
@@ -12,6 +12,13 @@ carrying its ids beside the reference logits at the last position.
   whole render's ids, the tokens of the cache kept (``keep``: up to the first token the
   new render changes — a template drift, a seam — or all), the drift or stale KV named
   (turn, offset, both texts) — and the one-shot reference of the whole render.
+* ``reuse_cases``: per pair of the conversations' renders that share a prefix and then
+  differ (``branch_pairs``: the longest such branch across conversations, and a
+  template drift inside one), per scenario (``SCENARIOS``: the second session opened
+  after the first is closed, beside it, the two appended in turns, a session cut back
+  to the shared prefix) the steps on two sessions and the one-shot reference of every
+  judged point. An engine may reuse the KV of the shared prefix (a prefix cache, a
+  forked sequence) or not; it must never read a token of the other session past it.
 
 The reference is a fresh one-shot prefill of the ids (``one_shot``: ids -> the last
 position's logits), an argument. ``record`` (``python -m specgate.stages.state_cases``)
@@ -24,6 +31,7 @@ tokens, by the logits gate's own check, and writes that verdict into the provena
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -102,6 +110,145 @@ def conversation_turns(turns: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def branch_pairs(renders: Mapping[str, Sequence[int]]) -> dict[str, tuple[list[int], list[int], int]]:
+    """Two branches per model, as (first, second, shared prefix length), each sharing a
+    prefix and then differing (neither holds the other), the first at least two tokens past
+    the shared prefix (its tail is in the cache when the second is asked):
+
+    * ``branch``: renders of two different conversations with the longest shared prefix
+      (the same system prompt and opening, then another user message);
+    * ``drift``: a turn's render and the next turn's in one conversation where the
+      template re-renders history (the first such, by conversation and turn).
+
+    ``renders`` maps ``"<conversation>/<turn>"`` to ids, in turn order."""
+
+    def fits(a: Sequence[int], b: Sequence[int]) -> int | None:
+        p = common_prefix(a, b)
+        return p if p > 0 and p + 2 <= len(a) and p < len(b) else None
+
+    labels = list(renders)
+    best: tuple[int, str, str] | None = None
+    for i, x in enumerate(labels):
+        for y in labels[i + 1 :]:
+            if x.split("/")[0] == y.split("/")[0]:
+                continue
+            for first, second in ((x, y), (y, x)):
+                p = fits(renders[first], renders[second])
+                if p is not None and (best is None or p > best[0]):
+                    best = (p, first, second)
+    pairs: dict[str, tuple[list[int], list[int], int]] = {}
+    if best is not None:
+        pairs["branch"] = (list(renders[best[1]]), list(renders[best[2]]), best[0])
+    for x, y in itertools.pairwise(labels):
+        same_conversation = x.split("/")[0] == y.split("/")[0]
+        # (fits: the next render does not extend this one, the template re-rendered it: a drift)
+        if same_conversation and (p := fits(renders[x], renders[y])) is not None:
+            pairs["drift"] = (list(renders[x]), list(renders[y]), p)
+            break
+    return pairs
+
+
+def _open(label: str) -> dict[str, Any]:
+    return {"op": "open", "session": label}
+
+
+def _close(label: str) -> dict[str, Any]:
+    return {"op": "close", "session": label}
+
+
+def _append(label: str, start: int, end: int, point: int | None = None) -> dict[str, Any]:
+    step: dict[str, Any] = {"op": "append", "session": label, "span": [start, end]}
+    if point is not None:
+        step["point"] = point
+    return step
+
+
+def after_close(a: list[int], b: list[int], shared: int) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """Session ``a`` holds the first branch and is closed; a new session ``b`` is handed
+    the second: whatever the engine kept of ``a``, ``b`` reads nothing past the shared prefix."""
+    steps = [_open("a"), _append("a", 0, len(a)), _close("a"), _open("b"), _append("b", 0, len(b), 0),
+             _close("b")]  # fmt: skip
+    return {"a": a, "b": b}, steps
+
+
+def side_by_side(
+    a: list[int], b: list[int], shared: int
+) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """Session ``a`` holds the first branch but its last token and stays open; ``b`` is
+    handed the second; then ``a`` its last token: a fork must copy, not alias, the shared
+    prefix (each session's later appends see its own tokens only)."""
+    steps = [_open("a"), _append("a", 0, len(a) - 1), _open("b"), _append("b", 0, len(b), 0),
+             _append("a", len(a) - 1, len(a), 1), _close("b"), _close("a")]  # fmt: skip
+    return {"a": a, "b": b}, steps
+
+
+def interleaved(a: list[int], b: list[int], shared: int) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """Two open sessions handed branches of one length in uneven chunks, in turns (``a``
+    then ``b``): the engine switches between their caches after every chunk."""
+    n = min(len(a), len(b))
+    sizes = chunkings(n)["uneven"]
+    steps, at = [_open("a"), _open("b")], 0
+    for k, size in enumerate(sizes):
+        last = k == len(sizes) - 1
+        steps += [
+            _append("a", at, at + size, 0 if last else None),
+            _append("b", at, at + size, 1 if last else None),
+        ]
+        at += size
+    return {"a": a[:n], "b": b[:n]}, [*steps, _close("a"), _close("b")]
+
+
+def cut_back(a: list[int], b: list[int], shared: int) -> tuple[dict[str, list[int]], list[dict[str, Any]]]:
+    """Session ``a`` holds the first branch and is closed; a new session ``b`` is handed only
+    the shared prefix, which the cache holds whole: the logits asked are at the prefix's
+    last position, not at the cached branch's."""
+    steps = [_open("a"), _append("a", 0, len(a)), _close("a"), _open("b"), _append("b", 0, shared, 0),
+             _close("b")]  # fmt: skip
+    return {"a": a, "b": a[:shared]}, steps
+
+
+Scenario = Callable[[list[int], list[int], int], tuple[dict[str, list[int]], list[dict[str, Any]]]]
+#: How two sessions are played over a branch, by name.
+SCENARIOS: dict[str, Scenario] = {
+    "after_close": after_close, "side_by_side": side_by_side, "interleaved": interleaved, "cut_back": cut_back,
+}  # fmt: skip
+
+
+def reuse_points(
+    sessions: Mapping[str, Sequence[int]], steps: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The judged points of a reuse case, in their order: the session and its token count."""
+    points = sorted((s["point"], s["session"], s["span"][1]) for s in steps if "point" in s)
+    return [{"session": label, "n": n} for _, label, n in points]
+
+
+def reuse_cases(renders: Mapping[str, Sequence[int]], one_shot: OneShot) -> dict[str, Any]:
+    """Per branch (``branch_pairs``) and scenario (``SCENARIOS``): the two sessions' ids, the
+    steps, and per judged point the one-shot reference of the ids its session then holds."""
+    cases = {}
+    for pair_name, (a, b, shared) in branch_pairs(renders).items():
+        for name, scenario in SCENARIOS.items():
+            sessions, steps = scenario(a, b, shared)
+            points = reuse_points(sessions, steps)
+            for point in points:
+                point["reference"] = reference_record(one_shot(sessions[point["session"]][: point["n"]]))
+            cases[f"{pair_name}_{name}"] = {
+                "shape": f"{name}: two sessions sharing their first {shared} tokens ({pair_name})",
+                "shared": shared, "sessions": sessions, "steps": steps, "points": points,
+            }  # fmt: skip
+    return cases
+
+
 def conversation_cases(
     conversations: Mapping[str, Mapping[str, Any]],
     play: Callable[[Mapping[str, Any]], Sequence[Any]],
@@ -169,7 +316,7 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
 
 
 def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
-    """Build and write both state snapshots of ``model_id`` from the oracle's one-shot prefill."""
+    """Build and write the three state snapshots of ``model_id`` from the oracle's one-shot prefill."""
     from specgate.supply.models import model_ref
     from specgate.upkeep import drift_table
 
@@ -180,11 +327,16 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
     prompts = {p: tokenize(str(corpus.prompts()[p]["text"])) for p in PROMPTS}
     kind = "tiny" if corpus.is_tiny(model_id) else "real"
     conversations = {c: corpus.multi_turn_conversations()[c] for c in CONVERSATIONS[kind]}
+
+    def play(conversation: Mapping[str, Any]) -> Sequence[Any]:
+        return drift_table.play(template, tokenize, dict(conversation))
+
+    renders = {f"{c}/{k}": list(t.increment.ids) for c, conversation in conversations.items()
+               for k, t in enumerate(play(conversation), 1)}  # fmt: skip
     built = {
         "state_incremental": incremental_cases(prompts, one_shot),
-        "state_conversation": conversation_cases(
-            conversations, lambda conversation: drift_table.play(template, tokenize, conversation), one_shot
-        ),
+        "state_conversation": conversation_cases(conversations, play, one_shot),
+        "state_reuse": reuse_cases(renders, one_shot),
     }
     paths = []
     for stage, cases in built.items():

@@ -37,7 +37,7 @@ from tests.engines.parity_run import run_parity, script_impl
 MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "state_bugs.py"
 MODEL = "tiny-qwen2-f32"
 CAUSE = {h.name: h.cause for h in catalogue.CATALOGUE}
-ROWS = ("state_incremental/exact", "state_conversation/exact")
+ROWS = ("state_incremental/exact", "state_conversation/exact", "state_reuse/exact")
 
 #: planted bug -> the rows it fails, and per row the diagnosis that must name every failing
 #: case of it; the look-alike (the right logits plus noise after an append) fails both
@@ -68,6 +68,7 @@ def gated(engine: Any, model: Any) -> list[GateRecord]:
     for stage, play, judge in (
         ("state_incremental", checks.play_incremental, checks.judge_incremental),
         ("state_conversation", checks.play_conversation, checks.judge_conversation),
+        ("state_reuse", checks.play_reuse, checks.judge_reuse),
     ):
         for case_id, case in snapshots.load(model, stage).items():
             why = judge("exact", model.id, case, play(engine, model, case))

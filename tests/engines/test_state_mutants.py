@@ -26,6 +26,12 @@ from tests.engines.fault_engine import ToyEngine
 
 MUTANTS = Path(__file__).with_name("mutants") / "state_bugs.py"
 MODEL = "tiny-qwen2-f32"
+STAGES = (
+    ("state_incremental", state.play_incremental, state.judge_incremental),
+    ("state_conversation", state.play_conversation, state.judge_conversation),
+    ("state_reuse", state.play_reuse, state.judge_reuse),
+)
+NOTHING: dict[str, dict[str, str]] = {stage: {} for stage, _, _ in STAGES}
 
 
 @pytest.fixture(scope="module")
@@ -36,16 +42,14 @@ def model() -> Any:
 
 
 def failures(engine: Any, model: Any) -> dict[str, dict[str, str]]:
-    """stage -> {case id: failure message} of every failing case of both state stages."""
-    out: dict[str, dict[str, str]] = {"state_incremental": {}, "state_conversation": {}}
-    for case_id, case in snapshots.load(model, "state_incremental").items():
-        played = state.play_incremental(engine, model, case)
-        if why := state.judge_incremental("exact", model.id, case, played):
-            out["state_incremental"][case_id] = why
-    for case_id, case in snapshots.load(model, "state_conversation").items():
-        played = state.play_conversation(engine, model, case)
-        if why := state.judge_conversation("exact", model.id, case, played):
-            out["state_conversation"][case_id] = why
+    """stage -> {case id: failure message} of every failing case of the three state stages,
+    played in the gate's order on one engine."""
+    out: dict[str, dict[str, str]] = {}
+    for stage, play, judge in STAGES:
+        out[stage] = {}
+        for case_id, case in snapshots.load(model, stage).items():
+            if why := judge("exact", model.id, case, play(engine, model, case)):
+                out[stage][case_id] = why
     return out
 
 
@@ -59,7 +63,15 @@ def found(model: Any) -> dict[str, dict[str, dict[str, str]]]:
     out = {}
     for name, argv in [("oracle", ("-m", "specgate.cli", "engine", "--impl", "oracle"))] + [
         (bug, (str(MUTANTS), bug))
-        for bug in ("no_truncate", "position_off_by_one", "sessions_shared", "chunk_boundary")
+        for bug in (
+            "no_truncate",
+            "position_off_by_one",
+            "sessions_shared",
+            "chunk_boundary",
+            "prefix_cache",
+            "prefix_off_by_one",
+            "fork_aliased",
+        )
     ]:
         engine = served(*argv)
         try:
@@ -70,7 +82,7 @@ def found(model: Any) -> dict[str, dict[str, dict[str, str]]]:
 
 
 def test_the_oracle_over_cmd_passes_every_state_case(found) -> None:
-    assert found["oracle"] == {"state_incremental": {}, "state_conversation": {}}
+    assert found["oracle"] == NOTHING
 
 
 def test_kv_kept_across_a_drift_fails_the_conversation_stage_naming_the_drift(found) -> None:
@@ -101,6 +113,38 @@ def test_kv_not_cleared_between_sessions_fails_every_session_after_the_first(fou
     got = found["sessions_shared"]["state_incremental"]
     assert len(got) == 5 and "chat_basic_one_by_one" not in got  # the first case's session is new
     assert all("before its first append (KV of an earlier session kept?)" in m for m in got.values())
+
+
+def test_a_new_session_inheriting_the_last_one_fails_the_branch_opened_after_it(found) -> None:
+    got = found["sessions_shared"]["state_reuse"]
+    assert {"branch_after_close", "drift_after_close", "branch_cut_back", "drift_cut_back"} <= set(got)
+    assert "session b holds" in got["branch_after_close"] or "expected 30" in got["branch_after_close"]
+
+
+def test_a_prefix_cache_done_right_passes_every_state_case(found) -> None:
+    """Reusing another session's KV is allowed: copied, cut to the shared prefix, the rest
+    evaluated. The stages judge what is read, not whether something was reused."""
+    assert found["prefix_cache"] == NOTHING
+
+
+def test_a_prefix_cache_keeping_the_first_differing_token_fails_the_branches(found) -> None:
+    got = found["prefix_off_by_one"]["state_reuse"]
+    assert set(got) == {
+        "branch_after_close", "branch_side_by_side", "branch_cut_back", "drift_after_close", "drift_side_by_side"
+    }  # fmt: skip
+    message = got["drift_after_close"]
+    assert message.startswith(
+        "session b holding 66 tokens, the first 6 shared with session a (which differs from token 6 on): "
+        "a fresh prefill differs by KL"
+    ), message
+
+
+def test_a_fork_sharing_its_cache_fails_the_sessions_open_together(found) -> None:
+    got = found["fork_aliased"]["state_reuse"]
+    assert {"branch_side_by_side", "branch_interleaved", "drift_side_by_side", "drift_interleaved"} <= set(
+        got
+    )
+    assert got["branch_interleaved"].startswith("session a holding 30 tokens"), got["branch_interleaved"]
 
 
 def test_a_chunk_boundary_bug_fails_the_uneven_chunks_only(found) -> None:

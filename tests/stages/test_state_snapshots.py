@@ -25,6 +25,23 @@ def cached(model_id: str) -> None:
         model_missing(f"{model_id} (run: specgate models fetch / specgate models tiny)")
 
 
+def test_a_reuse_branch_shares_a_prefix_and_then_differs_in_both_sessions() -> None:
+    renders = {"x/1": [1, 2, 3, 4, 5], "y/1": [1, 2, 9, 9], "y/2": [1, 2, 9, 9, 7], "z/1": [8, 8, 8]}
+    pairs = state_cases.branch_pairs(renders)
+    assert pairs == {"branch": ([1, 2, 3, 4, 5], [1, 2, 9, 9], 2)}  # y/2 extends y/1: no drift there
+    renders["y/2"] = [1, 7, 7]  # the template re-rendered y's history: a drift at token 1
+    assert state_cases.branch_pairs(renders)["drift"] == ([1, 2, 9, 9], [1, 7, 7], 1)
+    cases = state_cases.reuse_cases({"x/1": [1, 2, 3, 4, 5], "y/1": [1, 2, 9, 9]}, lambda ids: np.arange(4.0))
+    assert sorted(cases) == [f"branch_{s}" for s in sorted(state_cases.SCENARIOS)]
+    side = cases["branch_side_by_side"]
+    assert [(p["session"], p["n"]) for p in side["points"]] == [("b", 4), ("a", 5)]
+    assert cases["branch_cut_back"]["sessions"]["b"] == [1, 2]
+    interleaved = cases["branch_interleaved"]
+    assert {k: len(v) for k, v in interleaved["sessions"].items()} == {"a": 4, "b": 4}
+    spans = [tuple(s["span"]) for s in interleaved["steps"] if s["op"] == "append"]
+    assert spans == [(0, 2), (0, 2), (2, 4), (2, 4)]
+
+
 def test_chunkings_cover_the_prompt_each_in_its_own_way() -> None:
     for n in (1, 2, 10, 26):
         ways = state_cases.chunkings(n)
@@ -54,6 +71,19 @@ def test_the_cases_ids_and_turns_are_the_corpus_through_the_model_s_tokenizer_an
         built = state_cases.conversation_turns(played)
         stored = [{k: v for k, v in t.items() if k != "reference"} for t in case["turns"]]
         assert stored == built, f"{model_id}/{conversation_id}"
+    renders = {
+        f"{c}/{k}": list(t["ids"]) for c in state_cases.CONVERSATIONS[kind] for k, t in
+        enumerate(conversations[c]["turns"], 1)
+    }  # fmt: skip
+    reuse = snapshots.load(model, "state_reuse")
+    built = state_cases.reuse_cases(renders, lambda ids: np.zeros(1, np.float32))
+    assert {k: {f: v for f, v in c.items() if f != "points"} for k, c in reuse.items()} == {
+        k: {f: v for f, v in c.items() if f != "points"} for k, c in built.items()
+    }, model_id
+    for case_id, case in reuse.items():
+        assert [{"session": p["session"], "n": p["n"]} for p in case["points"]] == [
+            {"session": p["session"], "n": p["n"]} for p in built[case_id]["points"]
+        ], f"{model_id}/{case_id}"
     # every conversation played drops stale KV somewhere but the plain one
     drops = {c: any(t["drop"] for t in case["turns"]) for c, case in conversations.items()}
     assert drops == {c: c != "01_plain_chat" for c in conversations}
@@ -74,3 +104,7 @@ def test_a_tiny_model_s_recorded_references_are_the_oracle_s_one_shot_prefill(mo
             assert failure is None, f"{model_id}/{case_id} turn {number}: {failure}"
             shifted = np.roll(row, 1)  # the check is not blind: another row fails it
             assert state.judge_row("exact", model_id, turn["ids"], turn["reference"], shifted)[0] is not None
+    for case_id, case in snapshots.load(model, "state_reuse").items():
+        for ids, reference in state.judged_points(case):
+            failure, _ = state.judge_row("exact", model_id, ids, reference, one_shot(ids))
+            assert failure is None, f"{model_id}/{case_id} at {len(ids)} tokens: {failure}"

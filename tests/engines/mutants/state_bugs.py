@@ -15,6 +15,15 @@ each on the right stage (``tests/engines/test_state_mutants.py``):
                            the last cached key and value as zeros: the attention bug of a
                            chunked prefill at the chunk boundary (``state_incremental``: the
                            uneven chunks only; one token at a time and whole are right)
+* ``prefix_off_by_one``    a prefix cache: a new session's first append reuses the KV of
+                           the longest prefix another session (open, or closed: kept) holds
+                           — one token too many, the first token where the two differ
+                           (``state_reuse``: a second session branching off a first)
+* ``fork_aliased``         the same prefix cache, the reused KV not copied but shared: the
+                           new session writes into the other's cache (``state_reuse``: two
+                           sessions open side by side or in turns)
+* ``prefix_cache``         the same prefix cache done right (the shared prefix copied, the
+                           last token always evaluated): no state bug, every stage passes
 * ``noisy_append``         a look-alike of no state bug: an append after cached tokens answers
                            its logits plus seeded noise (σ 0.01: beyond the exact tolerance,
                            within the quantized class) — it fails where the position bug does,
@@ -25,8 +34,9 @@ Every other op is the oracle's, untouched: the logits stage passes on each.
 
 from __future__ import annotations
 
+import copy
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +69,51 @@ class NoisyAppend(OracleEngine):
             noise = np.random.default_rng(held).normal(0.0, 0.01, answer["logits"].shape)
             answer["logits"] = answer["logits"] + noise.astype(np.float32)
         return answer
+
+
+class PrefixCache(OracleEngine):
+    """A prefix cache over the oracle's sessions: a session's first append starts from the
+    KV of the longest prefix another session holds (open, or one of the last ``POOL``
+    closed), copied and cut to ``keep(p)`` tokens, and evaluates only the rest."""
+
+    POOL = 8
+    extra = 0  # tokens kept past the shared prefix: 0 is right
+    alias = False  # share the reused KV instead of copying it
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed: list[Any] = []
+
+    def session_close(self, session: str) -> None:
+        self.closed = [*self.closed, self._session(session)][-self.POOL :]
+        super().session_close(session)
+
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        mine, ids = self._session(session), [int(i) for i in ids]
+        donors = [s for s in (*self._sessions.values(), *self.closed) if s is not mine and s.ids]
+        if not mine.ids and donors:
+
+            def shared(s: Any) -> int:
+                return next((k for k, (x, y) in enumerate(zip(s.ids, ids, strict=False)) if x != y),
+                            min(len(s.ids), len(ids)))  # fmt: skip
+
+            donor = max(donors, key=shared)
+            keep = min(shared(donor) + self.extra, len(ids) - 1, donor.model.cache.n_past)
+            if keep > 0:
+                mine.model.cache = donor.model.cache if self.alias else copy.deepcopy(donor.model.cache)
+                mine.model.cache.truncate(keep)
+                mine.ids = ids[:keep]
+                ids = ids[keep:]
+        n_past, logits = mine.append(ids)
+        return {"n_past": n_past, "logits": logits}
+
+
+class PrefixOffByOne(PrefixCache):
+    extra = 1  # the defect: the first differing token's KV is kept too
+
+
+class ForkAliased(PrefixCache):
+    alias = True  # the defect: two sessions write one cache
 
 
 def position_off_by_one() -> None:
@@ -97,6 +152,9 @@ PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
     "sessions_shared": (SessionsShared, lambda: None),
     "chunk_boundary": (OracleEngine, chunk_boundary),
     "noisy_append": (NoisyAppend, lambda: None),
+    "prefix_cache": (PrefixCache, lambda: None),
+    "prefix_off_by_one": (PrefixOffByOne, lambda: None),
+    "fork_aliased": (ForkAliased, lambda: None),
 }
 
 
