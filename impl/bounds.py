@@ -187,7 +187,7 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         width = logits_width(fields.get("logits"))
         steps = len(fields.get("params", {}).get("chain", ())) or 5
         return (steps + 3) * (width or vocab) * 2 * b.json_number_bytes + slack
-    if op == "generate":
+    if op in ("generate", "session_generate"):
         params = fields.get("params", {})
         tokens = int(params.get("max_tokens", 128)) + 1
         top = int(params.get("top_candidates", 3))
@@ -214,7 +214,7 @@ def answer_items(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
     if op == "sample":
         steps = len(fields.get("params", {}).get("chain", ())) or 5
         return (steps + 3) * (logits_width(fields.get("logits")) or n_vocab or b.max_n_vocab) * 2 + slack
-    if op == "generate":
+    if op in ("generate", "session_generate"):
         params = fields.get("params", {})
         tokens = int(params.get("max_tokens", 128)) + 1
         return tokens * ((int(params.get("top_candidates", 3)) + 2) * 4 + 16) + slack

@@ -320,6 +320,20 @@ class OracleEngine(Engine):
         n_past, logits = self._session(session).append(ids)
         return {"n_past": n_past, "logits": logits}
 
+    def session_generate(self, session: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The decode loop from the session's last position (``oracle.session.Session.generate``):
+        the emitted ids join the session; stop tokens as ``generate``'s."""
+        from oracle.dispatch import dispatch
+
+        held = self._session(session)
+        gguf = held.model.path
+        tokenizer = _tokenizers.get(gguf, lambda: _load_tokenizer(gguf))
+        special = dispatch(_gguf(gguf)).special
+        generated = held.generate(
+            lambda token: tokenizer.decode_bytes([token]), params, [special.eos, special.im_end]
+        )
+        return {"n_past": len(held), "generated": generated}
+
     def session_truncate(self, session: str, n: int) -> int:
         return self._session(session).truncate(n)
 

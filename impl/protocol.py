@@ -121,6 +121,9 @@ class Engine:
     session_append(session, ids) -> {"n_past": int, "logits": numpy array [n_vocab]}
         ``ids`` evaluated after the session's tokens: the count it now holds and the
         logits at its last position (``oracle.session.Session.append``).
+    session_generate(session, params) -> {"n_past": int, "generated": dict}
+        the decode loop from the session's last position, ``generate``'s params and
+        result; the emitted ids join the session (``oracle.session.Session.generate``).
     session_truncate(session, n) -> int
         keep the first ``n`` tokens, drop the KV of the rest: ``n``.
     session_close(session) -> None
@@ -220,6 +223,9 @@ class Engine:
         raise Unsupported(f"{self.name} does not offer sessions")
 
     def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        raise Unsupported(f"{self.name} does not offer sessions")
+
+    def session_generate(self, session: str, params: dict[str, Any]) -> dict[str, Any]:
         raise Unsupported(f"{self.name} does not offer sessions")
 
     def session_truncate(self, session: str, n: int) -> int:

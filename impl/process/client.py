@@ -475,7 +475,9 @@ def _check_result(op: str, fields: dict[str, Any], result: Any, n_vocab: int | N
         most = len(fields.get("ids", ())) * b.piece_bytes
         if len(result) > most:
             raise bounds.oversize("result", len(result), "bytes", most, f"{b.piece_bytes} bytes a token")
-    elif op == "generate" and isinstance(result, dict):
+    elif op in ("generate", "session_generate") and isinstance(result, dict):
+        if op == "session_generate":
+            result = result.get("generated") if isinstance(result.get("generated"), dict) else {}
         most = int(fields.get("params", {}).get("max_tokens", 128))
         bounds.check_count(len(result.get("ids", ())), most, "ids", "the request's max_tokens")
         bounds.check_ids(result.get("ids", ()), n_vocab, "ids")

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.protocol import EngineError
 from specgate.checks import logits
 from specgate.outcomes.gate import call
 
@@ -131,6 +132,86 @@ def play_reuse(engine: Any, model: Any, case: dict[str, Any]) -> Played:
         for sid in opened.values():
             _close(engine, sid)
     return played
+
+
+@dataclass
+class Generations:
+    """What the engine answered across one ``state_generate`` case: the cold, warm and
+    again generations (``generate`` results), and the first count a session held wrongly."""
+
+    cold: Any = None
+    warm: Any = None
+    again: Any = None
+    held: str | None = None
+
+
+def play_generate(engine: Any, model: Any, case: dict[str, Any]) -> Generations:
+    """Cold: a new session, the prompt appended, generated from. Warm: a second new
+    session (the first closed: the engine may keep its cache), the same. Again: that
+    session truncated back to the prompt, generated from once more. After each, the
+    session must hold the prompt and what was emitted."""
+    from specgate.checks.generate import well_formed
+
+    prompt, params, got = case["prompt"], case["params"], Generations()
+
+    def generate(session: str, when: str) -> Any:
+        answer = call(engine, "session", session, params, method="session_generate")
+        if not isinstance(answer, dict) or not isinstance(answer.get("n_past"), int):
+            raise EngineError(f"session_generate answered {type(answer).__name__} without an integer n_past")
+        generated = well_formed(answer.get("generated"))
+        expected = len(prompt) + len(generated["ids"])
+        if got.held is None and answer["n_past"] != expected:
+            got.held = (
+                f"after the {when} generation the session holds {answer['n_past']} tokens, expected {expected} "
+                f"(the prompt's {len(prompt)} and the {len(generated['ids'])} emitted)"
+            )
+        return generated
+
+    def prompted() -> str:
+        session = _session(engine, model)
+        n_past, _ = _append(engine, session, prompt)
+        if got.held is None and n_past != len(prompt):
+            got.held = f"a new session holds {n_past} tokens after the {len(prompt)}-token prompt"
+        return session
+
+    session = prompted()
+    try:
+        got.cold = generate(session, "cold")
+    finally:
+        _close(engine, session)
+    session = prompted()
+    try:
+        got.warm = generate(session, "warm")
+        said = call(engine, "session", session, len(prompt), method="session_truncate")
+        if got.held is None and said != len(prompt):
+            got.held = f"session_truncate to {len(prompt)} tokens answered {said!r}"
+        got.again = generate(session, "again")
+    finally:
+        _close(engine, session)
+    return got
+
+
+def judge_generate(
+    conformance_class: str, model_id: str, case: dict[str, Any], got: Generations
+) -> str | None:
+    """The session counts, then warm and again against cold (the same ids and finish),
+    then a greedy cold stream against the reference by the generate gate's near-tie rule."""
+    from specgate.checks.generate import CLASS_TIE_TOLERANCE, compare_greedy, stream
+    from specgate.outcomes.gate import first_divergence
+
+    if got.held is not None:
+        return got.held
+    cold = stream(got.cold)
+    for when, other in (
+        ("warm (a second session over the prompt, after the first was closed)", got.warm),
+        ("again (the session truncated back to the prompt)", got.again),
+    ):
+        if stream(other) != cold:
+            return f"the {when} generation departs from the cold one: {first_divergence(cold, stream(other))}"
+    if case["params"].get("temperature", 1.0) > 0:
+        return None  # a seeded stream's draws are the sample and generate gates' to judge
+    failure, _ = compare_greedy(case["reference"], got.cold, CLASS_TIE_TOLERANCE[conformance_class])
+    return failure and f"the cold generation departs from the reference's greedy stream: {failure}"
 
 
 def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:

@@ -6,7 +6,10 @@ truncating the KV a template drift or a seam makes stale, must give after every 
 fresh prefill's logits of the whole render; ``state_reuse``: two sessions over branches
 sharing a prefix (one opened after the other is closed, side by side, in turns, cut back
 to the prefix) must give at every judged point a fresh prefill's logits of what that
-session holds. All are judged in the logits stage's
+session holds; ``state_generate``: a prompt's generation from a session must be the
+same cold, warm (a second session after the first was closed) and again (after a
+truncate back to the prompt), the session holding what was emitted, and a greedy
+stream the reference's. All are judged in the logits stage's
 classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
 The playing and the comparison are in ``specgate.checks.state``; each case is played
 once, whichever classes read it. The class's metrics at their worst over the case's judged
@@ -56,3 +59,13 @@ def test_state_reuse(engine, specgate, model, model_id, case_id, case, conforman
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
     fail_if(checks.judge_reuse(conformance_class, model_id, case, played), label)
+
+
+@pytest.mark.gate("state_generate")
+def test_state_generate(engine, specgate, model, model_id, case_id, case, conformance_class):
+    label = f"[state_generate/{conformance_class}] model {model_id}, case {case_id} ({len(case['prompt'])}-token prompt)"
+    claims(engine, "session", conformance_class)
+    got = specgate.answers.get(
+        ("state_generate", model.id, case_id), lambda: checks.play_generate(engine, model, case)
+    )
+    fail_if(checks.judge_generate(conformance_class, model_id, case, got), label)

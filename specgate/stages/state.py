@@ -11,7 +11,13 @@ prefill.
   after the first is closed, beside it, appended in turns with it, or cut back to the
   shared prefix — give at every judged point a fresh prefill's logits of what that
   session holds: whatever an engine reuses between sessions (a prefix cache, a forked
-  sequence, one slot switched between two), nothing stale is read.
+  sequence, one slot switched between two), nothing stale is read;
+* ``state_generate``: the decode loop from a session (``session_generate``): a prompt's
+  generation in a new session (cold), in a second session over the same prompt after
+  the first was closed (warm: whatever cache the engine kept), and again after a
+  truncate back to the prompt, are the same ids, and the session then holds the prompt
+  and what was emitted; a greedy stream is held to the reference's by the generate
+  gate's near-tie rule of the class.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 from impl.protocol import CONFORMANCE_CLASSES
 from specgate.stages.base import Stage
-from specgate.stages.state_cases import conversation_cases, incremental_cases, reuse_cases
+from specgate.stages.state_cases import conversation_cases, generate_cases, incremental_cases, reuse_cases
 
 STATE_INCREMENTAL = Stage(
     "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
@@ -37,4 +43,8 @@ STATE_CONVERSATION = Stage(
 )  # fmt: skip
 STATE_REUSE = Stage(
     "state_reuse", capability="session", snapshot="state_reuse", classes=CONFORMANCE_CLASSES, build=reuse_cases,
+)  # fmt: skip
+STATE_GENERATE = Stage(
+    "state_generate", capability="session", snapshot="state_generate", classes=CONFORMANCE_CLASSES,
+    build=generate_cases,
 )  # fmt: skip

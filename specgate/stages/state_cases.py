@@ -1,7 +1,7 @@
 """How the state stages' cases are built (``Stage.build``) and recorded.
 
-Cases are data: per model a ``state_incremental``, a ``state_conversation`` and a
-``state_reuse`` snapshot, built from the corpus and the model's tokenizer and template,
+Cases are data: per model a ``state_incremental``, a ``state_conversation``, a
+``state_reuse`` and a ``state_generate`` snapshot, built from the corpus and the model's tokenizer and template,
 each case carrying its ids beside the reference logits at the last position.
 
 * ``incremental_cases``: per prompt (the forward corpus' ``prompts``, tokenized with
@@ -19,6 +19,9 @@ each case carrying its ids beside the reference logits at the last position.
   to the shared prefix) the steps on two sessions and the one-shot reference of every
   judged point. An engine may reuse the KV of the shared prefix (a prefix cache, a
   forked sequence) or not; it must never read a token of the other session past it.
+* ``generate_cases``: per conversation's first render (``GENERATE_PROMPTS`` of them) and
+  sampler (``GENERATE_PARAMS``: greedy, seeded), the prompt, the params and the oracle's
+  stream (ids, finish reason, top-2 margins: the near-tie rule of the generate gate).
 
 The reference is a fresh one-shot prefill of the ids (``one_shot``: ids -> the last
 position's logits), an argument. ``record`` (``python -m specgate.stages.state_cases``)
@@ -249,6 +252,37 @@ def reuse_cases(renders: Mapping[str, Sequence[int]], one_shot: OneShot) -> dict
     return cases
 
 
+#: Conversations whose first render is a ``state_generate`` prompt, per model.
+GENERATE_PROMPTS = 2
+#: The samplers ``state_generate`` plays: greedy (judged against the reference stream) and
+#: seeded (warm against cold: PROTOCOL.md 4.7 restarts the draws with each request).
+GENERATE_PARAMS: dict[str, dict[str, Any]] = {
+    "greedy": {"max_tokens": 8, "temperature": 0.0, "repeat_penalty": 1.0, "top_candidates": 2},
+    "seeded": {"max_tokens": 8, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "repeat_penalty": 1.1,
+               "seed": 42, "top_candidates": 2},
+}  # fmt: skip
+
+Generate = Callable[[Sequence[int], Mapping[str, Any]], Mapping[str, Any]]  # prompt, params -> result
+
+
+def generate_cases(prompts: Mapping[str, Sequence[int]], generate: Generate) -> dict[str, Any]:
+    """Per prompt and sampler: the prompt, the params, and the reference stream."""
+    cases = {}
+    for prompt_id, ids in prompts.items():
+        for name, params in GENERATE_PARAMS.items():
+            got = generate(ids, params)
+            reference = {
+                "ids": list(got["ids"]), "finish_reason": got["finish_reason"],
+                "margins": [float(s["top"][0][1] - s["top"][1][1]) for s in got["steps"]],
+            }  # fmt: skip
+            cases[f"{prompt_id}_{name}"] = {
+                "prompt": list(ids),
+                "params": dict(params),
+                "reference": reference,
+            }
+    return cases
+
+
 def conversation_cases(
     conversations: Mapping[str, Mapping[str, Any]],
     play: Callable[[Mapping[str, Any]], Sequence[Any]],
@@ -274,6 +308,11 @@ REFERENCE = (
     "snapshot (transformers, exact class; llama.cpp, quantized class) by the logits gate's check: see "
     "oracle_vs_logits_snapshot"
 )
+GENERATE_REFERENCE = (
+    "the oracle's decode loop (oracle.decode_loop.generate over its forward from an empty KV cache, the "
+    "protocol's sampler and random.Random(seed)): ids, finish reason and each step's top-2 logit margin; "
+    "its forward held to this model's logits snapshot first (see oracle_vs_logits_snapshot)"
+)
 
 
 def oracle_one_shot(model: Any) -> OneShot:
@@ -286,6 +325,13 @@ def oracle_one_shot(model: Any) -> OneShot:
         return forward.prefill(list(ids), outputs=[-1])[0]
 
     return one_shot
+
+
+def oracle_generate(model: Any) -> Generate:
+    from impl.oracle import OracleEngine
+
+    oracle = OracleEngine()
+    return lambda ids, params: oracle.generate(model, list(ids), dict(params))
 
 
 def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dict[str, str]:
@@ -316,7 +362,7 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
 
 
 def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
-    """Build and write the three state snapshots of ``model_id`` from the oracle's one-shot prefill."""
+    """Build and write the four state snapshots of ``model_id`` from the oracle's one-shot prefill."""
     from specgate.supply.models import model_ref
     from specgate.upkeep import drift_table
 
@@ -333,14 +379,17 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
 
     renders = {f"{c}/{k}": list(t.increment.ids) for c, conversation in conversations.items()
                for k, t in enumerate(play(conversation), 1)}  # fmt: skip
+    first_renders = {c: renders[f"{c}/1"] for c in list(conversations)[:GENERATE_PROMPTS]}
     built = {
+        "state_generate": generate_cases(first_renders, oracle_generate(model)),
         "state_incremental": incremental_cases(prompts, one_shot),
         "state_conversation": conversation_cases(conversations, play, one_shot),
         "state_reuse": reuse_cases(renders, one_shot),
     }
     paths = []
     for stage, cases in built.items():
-        provenance = snapshots.provenance(model, {"oracle": REFERENCE}, ("numpy", "gguf", "jinja2"))
+        what = GENERATE_REFERENCE if stage == "state_generate" else REFERENCE
+        provenance = snapshots.provenance(model, {"oracle": what}, ("numpy", "gguf", "jinja2"))
         provenance["command"] = f"python -m specgate.stages.state_cases {model_id}"
         provenance["oracle_vs_logits_snapshot"] = checked
         paths.append(snapshots.write(model, stage, {"provenance": provenance, "cases": cases}, root))

@@ -135,6 +135,13 @@ class ToyEngine(Engine):
             row[2] = np.nan
         return {"n_past": len(held), "logits": row}
 
+    def session_generate(self, session: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Emits the session's last id ``max_tokens`` times (they join the session)."""
+        held = self.sessions[session]
+        new = [held[-1]] * int(params.get("max_tokens", 1))
+        held += new
+        return {"n_past": len(held), "generated": {"ids": new, "bytes": "", "finish_reason": "length"}}
+
     def session_truncate(self, session: str, n: int) -> int:
         del self.sessions[session][n:]
         return n

@@ -30,6 +30,7 @@ STAGES = (
     ("state_incremental", state.play_incremental, state.judge_incremental),
     ("state_conversation", state.play_conversation, state.judge_conversation),
     ("state_reuse", state.play_reuse, state.judge_reuse),
+    ("state_generate", state.play_generate, state.judge_generate),
 )
 NOTHING: dict[str, dict[str, str]] = {stage: {} for stage, _, _ in STAGES}
 
@@ -71,6 +72,8 @@ def found(model: Any) -> dict[str, dict[str, dict[str, str]]]:
             "prefix_cache",
             "prefix_off_by_one",
             "fork_aliased",
+            "seed_carried",
+            "last_not_held",
         )
     ]:
         engine = served(*argv)
@@ -145,6 +148,39 @@ def test_a_fork_sharing_its_cache_fails_the_sessions_open_together(found) -> Non
         got
     )
     assert got["branch_interleaved"].startswith("session a holding 30 tokens"), got["branch_interleaved"]
+
+
+def test_a_sampler_stream_carried_across_requests_fails_the_warm_seeded_generation(found) -> None:
+    got = found["seed_carried"]
+    assert {stage: set(cases) for stage, cases in got.items() if cases} == {
+        "state_generate": {"01_plain_chat_seeded", "03_system_prompt_changes_seeded"}
+    }  # greedy draws nothing: the same stream warm and cold
+    assert got["state_generate"]["01_plain_chat_seeded"].startswith(
+        "the warm (a second session over the prompt, after the first was closed) generation departs from the "
+        "cold one: first divergence at index 0"
+    )
+
+
+def test_a_last_emitted_id_left_out_of_the_cache_fails_every_generation(found) -> None:
+    got = found["last_not_held"]
+    assert {stage: len(cases) for stage, cases in got.items() if cases} == {"state_generate": 4}
+    assert got["state_generate"]["01_plain_chat_greedy"] == (
+        "after the cold generation the session holds 37 tokens, expected 38 (the prompt's 30 and the 8 emitted)"
+    )
+
+
+def test_generation_from_a_session_fails_where_the_state_bug_reaches_it(found) -> None:
+    """The earlier bugs show in the decode loop too: a truncate that keeps the KV when
+    generating again, a session inheriting the last one's, the position off by one after
+    every step; a chunk boundary never does (every step appends one token)."""
+    assert len(found["no_truncate"]["state_generate"]) == 4
+    assert (
+        "after the again generation the session holds 46 tokens"
+        in (found["no_truncate"]["state_generate"]["01_plain_chat_greedy"])
+    )
+    assert len(found["sessions_shared"]["state_generate"]) == 4
+    assert len(found["position_off_by_one"]["state_generate"]) == 4
+    assert found["chunk_boundary"]["state_generate"] == {}
 
 
 def test_a_chunk_boundary_bug_fails_the_uneven_chunks_only(found) -> None:

@@ -24,6 +24,12 @@ each on the right stage (``tests/engines/test_state_mutants.py``):
                            sessions open side by side or in turns)
 * ``prefix_cache``         the same prefix cache done right (the shared prefix copied, the
                            last token always evaluated): no state bug, every stage passes
+* ``seed_carried``         ``session_generate`` draws from one random stream per engine, not
+                           one started from the seed by each request: the warm generation
+                           differs from the cold one (``state_generate``: the seeded cases)
+* ``last_not_held``        ``session_generate`` never evaluates the last emitted id into the
+                           cache (the decode loop samples it and stops): the session holds
+                           one token too few (``state_generate``)
 * ``noisy_append``         a look-alike of no state bug: an append after cached tokens answers
                            its logits plus seeded noise (σ 0.01: beyond the exact tolerance,
                            within the quantized class) — it fails where the position bug does,
@@ -116,6 +122,27 @@ class ForkAliased(PrefixCache):
     alias = True  # the defect: two sessions write one cache
 
 
+class SeedCarried(OracleEngine):
+    draws = 0
+
+    def session_generate(self, session: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.draws += 1  # the defect: the stream goes on from the last request's
+        return super().session_generate(
+            session, {**params, "seed": int(params.get("seed", 42)) + self.draws - 1}
+        )
+
+
+class LastNotHeld(OracleEngine):
+    def session_generate(self, session: str, params: dict[str, Any]) -> dict[str, Any]:
+        held = self._session(session)
+        answer = super().session_generate(session, params)
+        emitted = answer["generated"]["ids"]
+        if emitted and answer["generated"]["finish_reason"] == "length":
+            held.truncate(len(held) - 1)  # the defect: the last sampled id is never evaluated
+            held.last_logits()
+        return {**answer, "n_past": len(held)}
+
+
 def position_off_by_one() -> None:
     from oracle import rope
 
@@ -155,6 +182,8 @@ PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
     "prefix_cache": (PrefixCache, lambda: None),
     "prefix_off_by_one": (PrefixOffByOne, lambda: None),
     "fork_aliased": (ForkAliased, lambda: None),
+    "seed_carried": (SeedCarried, lambda: None),
+    "last_not_held": (LastNotHeld, lambda: None),
 }
 
 
