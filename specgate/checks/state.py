@@ -12,6 +12,12 @@ metrics, on the one judged position).
 Playing is class-free (the engine is asked once per case, whichever classes read the
 answer); ``judge_*`` judges one class. A session the engine holds wrongly (a count
 off after an append or a truncate) fails every class, the logits' distance named too.
+
+The classes' bounds are the logits stage's, and on these stages they are measured, not
+assumed: played incrementally on their own KV caches, transformers' rows stay within
+float32 rounding of its one-shot rows (≤ 1.9e-5) and llama.cpp's within mean KL 2.4e-3
+of its own (the 0.5B model; README's state table, ``specgate.stages.state_references``).
+``judge_record`` judges two recorded rows of a point against each other the same way.
 """
 
 from __future__ import annotations
