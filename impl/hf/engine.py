@@ -105,6 +105,14 @@ class HFEngine(Engine):
 
         return hf_forward.logits(self._forward_model(model), ids)
 
+    def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
+        """transformers' own KV cache played through ``steps`` (``(keep, ids)``: crop, feed):
+        the last position's logits after each (``impl.hf.forward.played_logits``; the state
+        stages' reference, not a protocol op)."""
+        from impl.hf import forward as hf_forward
+
+        return hf_forward.played_logits(self._forward_model(model), steps)
+
     def trace(self, model: ModelRef, ids: Sequence[int], points: Sequence[str],
               positions: Sequence[int] | None = None) -> dict[str, Any]:  # fmt: skip
         """transformers' intermediates, hooked and named to the trace points (``impl.hf.trace``)."""

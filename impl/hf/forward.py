@@ -131,3 +131,29 @@ def logits(model: Any, ids: Sequence[int]) -> np.ndarray:
     with torch.inference_mode():
         out = model(torch.tensor([list(ids)], dtype=torch.long), use_cache=False).logits[0]
     return out.float().numpy()
+
+
+def played_logits(model: Any, steps: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+    """transformers' own KV cache (``DynamicCache``) played through ``steps``: per step
+    ``(keep, ids)`` the cache cropped to its first ``keep`` tokens when it holds more
+    (``DynamicCache.crop`` of the tokens past ``keep``: a negative count, which every
+    version reads as "remove that many"), then ``ids`` fed on top of it (the forward's
+    ``cache`` argument, ``past_key_values`` before transformers 5.2x: the positions
+    continue from the cache's length). The last position's float32 logits after each step."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    argument = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache, rows = DynamicCache(config=model.config), []
+    with torch.inference_mode():
+        for keep, ids in steps:
+            if keep < cache.get_seq_length():
+                cache.crop(keep - cache.get_seq_length())
+            if cache.get_seq_length() != keep:
+                raise ValueError(f"the cache holds {cache.get_seq_length()} tokens, the step keeps {keep}")
+            feed = torch.tensor([list(ids)], dtype=torch.long)
+            out = model(feed, use_cache=True, logits_to_keep=1, **{argument: cache})
+            rows.append(out.logits[0, -1].float().numpy().copy())
+    return rows

@@ -81,6 +81,14 @@ class LlamaCppEngine(Engine):
 
         return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
 
+    def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
+        """llama.cpp's own KV cache played through ``steps`` (``(keep, ids)``: remove the
+        positions from ``keep`` on, evaluate): the last position's logits after each
+        (``impl.llamacpp.forward.played_logits``; the state stages' reference, not a protocol op)."""
+        from impl.llamacpp import forward as llamacpp_forward
+
+        return llamacpp_forward.played_logits(self.llama(model, vocab_only=False), steps)
+
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Close ``model``'s full-weights context (every model's when ``None``): its logits
         buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""

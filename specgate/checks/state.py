@@ -15,6 +15,12 @@ metrics, on the one judged position).
 Playing is class-free (the engine is asked once per case, whichever classes read the
 answer); ``judge_*`` judges one class. A session the engine holds wrongly (a count
 off after an append or a truncate) fails every class, the logits' distance named too.
+
+The classes' bounds are the logits stage's, and on these stages they are measured, not
+assumed: played incrementally on their own KV caches, transformers' rows stay within
+float32 rounding of its one-shot rows (≤ 1.9e-5) and llama.cpp's within mean KL 2.4e-3
+of its own (the 0.5B model; README's state table, ``specgate.stages.state_references``).
+``judge_record`` judges two recorded rows of a point against each other the same way.
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from impl.named_logprobs import NamedLogprobs
 from impl.protocol import EngineError
-from specgate.checks import logits
+from specgate.checks import logit_metrics, logits
 from specgate.outcomes.gate import call
 
 
@@ -337,3 +344,45 @@ def judge_reuse(conformance_class: str, model_id: str, case: dict[str, Any], pla
             return f"{where}: {held}; {kl}"
         return f"{where}: {kl}: {failure}"
     return None
+
+
+def record_answer(n_positions: int, record: dict[str, Any]) -> NamedLogprobs:
+    """A recorded last-position row (``topk_record`` form) as a logits answer for ``n_positions``
+    positions: the last names the record's top-k ids and log-probabilities, the others nothing
+    (the form in which the logits stage judges an engine naming only its top candidates)."""
+    ids, logprobs, _ = logit_metrics.parse_record(record)
+    rows: list[dict[int, float]] = [{} for _ in range(n_positions - 1)]
+    rows.append(dict(zip(ids[0].tolist(), logprobs[0].tolist(), strict=True)))
+    return NamedLogprobs.from_rows(rows, int(ids.max()) + 1, "a recorded row names its top-k only")
+
+
+def judge_record(
+    conformance_class: str, model_id: str, ids: list[int], reference: dict[str, Any], answer: dict[str, Any]
+) -> tuple[str | None, Any]:
+    """``judge_row`` for an answer that is itself a recorded row (two snapshots' records of one
+    point): the logits gate's check of the class on the ids both name (``logits.check`` of a
+    named answer: max |Δ log-prob| over the reference's top-k, KL a lower bound), and the top-1
+    judged as a whole row's is — the answer's first id is its row's top-1, which the named form
+    cannot know on a flat row whose top-k holds little of the mass."""
+    case = {"ids": ids, "positions": [len(ids) - 1], "hf": reference, "llamacpp": reference}
+    failure, cmp = logits.check(conformance_class, model_id, case, record_answer(len(ids), answer))
+    if cmp.disagreements:
+        return failure, cmp
+    ref_ids, ref_lp, ref_lse = logit_metrics.parse_record(reference)
+    top = int(logit_metrics.parse_record(answer)[0][0, 0])
+    if top != int(ref_ids[0, 0]):
+        ref_logits = ref_lp[0] + ref_lse[0]
+        hit = np.flatnonzero(ref_ids[0] == top)
+        # outside the reference's top-k the answer's top scores at most the k-th logit
+        margin = float(ref_logits[0] - (ref_logits[hit[0]] if hit.size else ref_logits[-1]))
+        tie = (
+            2 * logits.exact_tolerance(model_id)
+            if conformance_class == "exact"
+            else logits.QUANTIZED_TIE_MARGIN
+        )
+        if margin >= tie:
+            cmp.disagreements.append({"position": len(ids) - 1, "reference_top": int(ref_ids[0, 0]),
+                                      "engine_top": top, "reference_margin": margin})  # fmt: skip
+            why = f"top-1 differs: reference {int(ref_ids[0, 0])} answer {top} (reference margin {margin:.4f} >= {tie:g})"
+            failure = f"{failure}; {why}" if failure else why
+    return failure, cmp

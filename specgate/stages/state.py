@@ -21,7 +21,9 @@ prefill.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
-held to the logits snapshot's references first). A failing case is not shrunk or replayed
+held to the logits snapshot's references first; beside it at every judged point
+transformers' and llama.cpp's own rows, played on their KV caches and one-shot, which the
+oracle's is held to: ``specgate.stages.state_references``). A failing case is not shrunk or replayed
 (no ``replay``): its ids only make sense with its chunks or turns; it is diagnosed
 (``specgate.diagnose.state``: played again with a classic KV-cache defect applied to the
 oracle's sessions).

@@ -30,6 +30,9 @@ is no independent reference, so before it writes anything it holds the oracle's
 one-shot logits to the model's ``logits`` snapshot — transformers (``exact``) and
 llama.cpp (``quantized``) — on the snapshot's prompts of at most ``CHECK_TOKENS``
 tokens, by the logits gate's own check, and writes that verdict into the provenance.
+Beside the oracle's reference, every judged point records transformers' and llama.cpp's
+own: the case played on each library's KV cache and its one-shot prefill
+(``specgate.stages.state_references``, which also holds the oracle to them).
 """
 
 from __future__ import annotations
@@ -308,6 +311,8 @@ REFERENCE = (
     "snapshot (transformers, exact class; llama.cpp, quantized class) by the logits gate's check: see "
     "oracle_vs_logits_snapshot"
 )
+#: The stages whose judged points carry transformers' and llama.cpp's own played rows too.
+LIBRARY_REFERENCED = ("state_incremental", "state_conversation")
 GENERATE_REFERENCE = (
     "the oracle's decode loop (oracle.decode_loop.generate over its forward from an empty KV cache, the "
     "protocol's sampler and random.Random(seed)): ids, finish reason and each step's top-2 logit margin; "
@@ -361,15 +366,25 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
     return verdict
 
 
-def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
-    """Build and write the four state snapshots of ``model_id`` from the oracle's one-shot prefill."""
+def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references: bool = True) -> list[Path]:
+    """Build and write the four state snapshots of ``model_id`` from the oracle's one-shot
+    prefill (``state_generate``: its decode loop); in the incremental and conversation ones
+    each judged point with transformers' and llama.cpp's own played and one-shot rows beside
+    it (``state_references.add``; ``with_references=False``: the oracle's alone, no torch or
+    llama.cpp)."""
+    from specgate.stages import state_references
     from specgate.supply.models import model_ref
     from specgate.upkeep import drift_table
 
     model = model_ref(model_id)
     checked = oracle_vs_logits_snapshot(model)
     template, tokenize = drift_table.oracle_side(model_id)
-    one_shot = oracle_one_shot(model)
+    rows: dict[tuple[int, ...], np.ndarray] = {}
+    oracle = oracle_one_shot(model)
+
+    def one_shot(ids: Sequence[int]) -> np.ndarray:  # each point's oracle row, kept for state_references
+        return rows[tuple(ids)] if tuple(ids) in rows else rows.setdefault(tuple(ids), oracle(ids))
+
     prompts = {p: tokenize(str(corpus.prompts()[p]["text"])) for p in PROMPTS}
     kind = "tiny" if corpus.is_tiny(model_id) else "real"
     conversations = {c: corpus.multi_turn_conversations()[c] for c in CONVERSATIONS[kind]}
@@ -386,10 +401,14 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT) -> list[Path]:
         "state_conversation": conversation_cases(conversations, play, one_shot),
         "state_reuse": reuse_cases(renders, one_shot),
     }
+    referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED}
+    played = state_references.add(model, referenced, one_shot) if with_references else {}
     paths = []
     for stage, cases in built.items():
         what = GENERATE_REFERENCE if stage == "state_generate" else REFERENCE
-        provenance = snapshots.provenance(model, {"oracle": what}, ("numpy", "gguf", "jinja2"))
+        libraries = played if stage in LIBRARY_REFERENCED else {}
+        packages = ("numpy", "gguf", "jinja2", *(state_references.PACKAGES if libraries else ()))
+        provenance = snapshots.provenance(model, {"oracle": what, **libraries}, packages)
         provenance["command"] = f"python -m specgate.stages.state_cases {model_id}"
         provenance["oracle_vs_logits_snapshot"] = checked
         paths.append(snapshots.write(model, stage, {"provenance": provenance, "cases": cases}, root))

@@ -2,7 +2,8 @@
 prompt or the conversation's renders tokenized by the model's own tokenizer and
 template, the turns' instructions (``keep``, ``drop``, the drift or stale KV named) are
 the oracle's incremental renderer's, and the recorded reference of a tiny model is still
-the oracle's one-shot prefill by the exact class's check. A corpus, tokenizer, template
+the oracle's one-shot prefill by the exact class's check (the libraries' own references
+beside it: ``test_state_references.py``). A corpus, tokenizer, template
 or oracle change that moves them fails here, naming the case (re-record with
 ``python -m specgate.stages.state_cases MODEL``)."""
 
@@ -69,7 +70,7 @@ def test_the_cases_ids_and_turns_are_the_corpus_through_the_model_s_tokenizer_an
     for conversation_id, case in conversations.items():
         played = drift_table.play(template, tokenize, corpus.multi_turn_conversations()[conversation_id])
         built = state_cases.conversation_turns(played)
-        stored = [{k: v for k, v in t.items() if k != "reference"} for t in case["turns"]]
+        stored = [{k: v for k, v in t.items() if k not in ("reference", "references")} for t in case["turns"]]
         assert stored == built, f"{model_id}/{conversation_id}"
     renders = {
         f"{c}/{k}": list(t["ids"]) for c in state_cases.CONVERSATIONS[kind] for k, t in
