@@ -8,19 +8,25 @@ Near the 64th candidate the reference and llama.cpp order near-equal tails diffe
 spread over the vocabulary, llama.cpp's own top-64 (the server's answer, equal to
 llama.cpp in process) made the reference's tail ids "improbable" and failed the turn with
 KL 0.0304 > 0.02, where the full row is KL 0.0014. No model and no server: the rows are
-built from the snapshot's records.
+built from the snapshot's records; the last two tests serve them from a fake
+llama-cpp-python server on loopback (names by text, as the real one spells them).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from impl.http.engine import _spread
+from impl.http import vocab
+from impl.http.engine import HttpEngine, _spread
 from impl.named_logprobs import NamedLogprobs
 from specgate.checks import state
+from specgate.plugin import model_missing
+from specgate.supply import models as model_cache
+from tests.engines.loopback import LlamaCppPythonHandler, serving
 from tests.engines.parity_run import ROOT
 
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"
@@ -82,3 +88,75 @@ def test_a_named_row_with_too_much_mass_is_the_engines_fault(turns) -> None:
     failure, cmp = state.judge_row("quantized", MODEL_ID, turns[0]["ids"], turns[0]["reference"], bad)
     assert cmp is None and "sum to" in failure, failure
     assert state.measured("quantized", MODEL_ID, {"turns": turns[:1]}, state.Played([bad], [None])) == {}
+
+
+class KeepsIds(HttpEngine):
+    """A planted mistake: session_truncate answers n and keeps every id."""
+
+    def session_truncate(self, session: str, n: int) -> int:
+        self._held(session)
+        return n
+
+
+def renders(turns: list[dict[str, Any]], truncates: bool) -> list[list[int]]:
+    """The whole session's ids each append sends, played as ``state.play_conversation`` does."""
+    held, sent = [], []
+    for t in turns:
+        if truncates and t["keep"] < len(held):
+            held = held[: t["keep"]]
+        held = held + t["ids"][t["keep"] :]
+        sent.append(held)
+    return sent
+
+
+@pytest.fixture(scope="module")
+def fake_server(turns) -> Iterator[tuple[str, Any]]:
+    """llama-cpp-python's server as the state gate meets it: each turn's render answered with
+    the reference's own top-64 (a perfect engine), spelled by text; any other prompt (a stale
+    session's) with turn 1's (what a server would not say there)."""
+    try:
+        ref = model_cache.model_ref(MODEL_ID)
+    except model_cache.ModelError as exc:
+        model_missing(str(exc))
+    texts, spelled = vocab.texts(ref.gguf), vocab.pieces(ref.gguf, controls=True)
+    ids_of = {
+        b"".join(spelled[i] for i in ids).decode("utf-8"): ids
+        for ids in renders(turns, True) + renders(turns, False)
+    }
+    rows = {tuple(t["ids"]): top(t) for t in turns}
+
+    class Fake(LlamaCppPythonHandler):
+        paths = ("/extras/tokenize", "/v1/completions")
+        model = str(ref.gguf)
+
+        def post(self, body: dict[str, Any]) -> Any:
+            ids = ids_of[body.get("input", body.get("prompt"))]
+            if self.path == "/extras/tokenize":
+                return {"tokens": ids}
+            row = rows.get(tuple(ids), rows[tuple(turns[0]["ids"])])
+            named = {
+                texts[i]: v for i, v in sorted(row.items(), key=lambda kv: kv[1])
+            }  # shared texts: the best wins
+            return {
+                "choices": [{"text": "", "finish_reason": "length", "logprobs": {"top_logprobs": [named]}}],
+                "usage": {"prompt_tokens": len(ids)},
+            }
+
+    with serving(Fake) as url:
+        yield url, ref
+
+
+@pytest.mark.parametrize("engine_class", [HttpEngine, KeepsIds], ids=["right", "truncate-keeps-ids"])
+def test_the_http_session_passes_right_and_fails_when_its_truncate_keeps_the_ids(
+    fake_server, turns, engine_class: type[HttpEngine]
+) -> None:
+    url, model = fake_server
+    case = {"turns": turns}
+    played = state.play_conversation(engine_class(url), model, case)
+    failure = state.judge_conversation("quantized", MODEL_ID, case, played)
+    if engine_class is HttpEngine:
+        assert failure is None and state.unjudged("quantized", MODEL_ID, case, played) is None
+        assert state.measured("quantized", MODEL_ID, case, played)["kl_mean"] < 1e-6
+    else:
+        assert failure is not None and failure.startswith("turn 3: the engine kept 37 KV tokens"), failure
+        assert "(the session holds 103 tokens, the new render has 66)" in failure, failure
