@@ -134,8 +134,9 @@ class LlamaCppPythonServer:
         if not tops:
             # The greedy token ended the completion (an end of generation such as <|im_end|>,
             # after "…France?"): the server then reports no token and no log-probs. The echo of
-            # the same prompt has them: its entry i is the distribution after id i (the server,
-            # holding the whole prompt, evaluates its last id again on the KV of the others).
+            # the same prompt has them: its entry i is the distribution after id i. The server
+            # holds the whole prompt (the end token was never evaluated), so 0.3.36 evaluates
+            # nothing again ("full prompt already cached") and answers the row just computed.
             if len(ids) < 2:
                 raise EngineError(f"{NAME}: a one-id prompt's completion ended at once, with no log-probs")
             echo = self.client.post(
