@@ -23,6 +23,10 @@ render         no                                   ``/apply-template``
 logits         top-k log-probs per position         top-k per position
                (``SPECGATE_HTTP_TOP_K``, default 64)
 generate       greedy, ids from the log-prob tokens  greedy
+session        the server's prefix reuse: each      no
+               append a one-token completion of
+               the whole session's text; the last
+               position's top-k, named (below)
 =============  ==================================  ===================================
 
 A server speaks in log-probabilities of its top-k candidates, not logits. When it
@@ -33,7 +37,11 @@ server's top-k probabilities, so top-1 agreement and KL over the top-k are measu
 exactly; nothing outside the top-k is claimed. When it cannot name some candidate
 (llama-cpp-python's text names), the answer is ``impl.named_logprobs.NamedLogprobs``:
 the named ids only, the rest an unnamed remainder — never spread, which would turn
-"unnamed" into "improbable".
+"unnamed" into "improbable". A session's row is always that named answer (its one
+position): the reference's top-k reaches past the server's where the two tails order
+near-equal candidates differently, and a spread row would call those ids improbable
+(measured: a fresh server's own one-shot row, equal to llama.cpp's in-process to 4
+decimals, was judged KL 0.0304 as a spread top-64, 0.0014 as the full row).
 
 A server serves one model: asking about another is declined (``Unsupported``)
 naming the model the server has. Transport failures (connection, HTTP 5xx, the
@@ -91,6 +99,9 @@ class HttpEngine(Engine):
         self.client = HttpClient(base_url, timeout)
         self.top_k = top_k if top_k is not None else env_count("SPECGATE_HTTP_TOP_K", 64, "candidates")
         self._server: LlamaCppPythonServer | LlamaServer | None = None
+        #: Open sessions: id -> (model, the ids the session holds); the KV is the server's.
+        self._sessions: dict[str, tuple[ModelRef, list[int]]] = {}
+        self._opened = 0
 
     @property
     def base_url(self) -> str:
@@ -192,16 +203,66 @@ class HttpEngine(Engine):
         bounds.check_text(text, "content", max_tokens * bounds.BOUNDS.piece_bytes, "n_predict tokens")
         return {"ids": new, "bytes": text.encode("utf-8").hex(), "text": text, "finish_reason": reason}
 
+    # --- sessions: the server's prefix reuse (PROTOCOL.md 4.7) -------------------------
+    def _session_server(self, model: ModelRef) -> LlamaCppPythonServer:
+        server = self._serving(model)
+        if not isinstance(server, LlamaCppPythonServer):
+            raise Unsupported(f"sessions are gated on llama-cpp-python's server only, not {server.name}'s")
+        return server
 
-def _spread(top: dict[int, float], n_vocab: int, position: int = 0) -> np.ndarray:
-    """A log-prob row holding ``top`` exactly; the rest of the mass spread evenly.
-    Ids outside ``0 <= id < n_vocab`` and non-finite or positive log-probs are an
+    def session_open(self, model: ModelRef) -> str:
+        self._session_server(model)
+        self._opened += 1
+        sid = f"s{self._opened}"
+        self._sessions[sid] = (model, [])
+        return sid
+
+    def _held(self, session: str) -> tuple[ModelRef, list[int]]:
+        try:
+            return self._sessions[session]
+        except KeyError:
+            raise EngineError(f"http: no open session {session!r}") from None
+
+    @_shaped
+    def session_append(self, session: str, ids: Sequence[int]) -> dict[str, Any]:
+        model, held = self._held(session)
+        whole = [*held, *(int(i) for i in ids)]
+        top, unnamed = self._session_server(model).last_row(model, whole)
+        n_vocab = len(vocab.texts(model.gguf))
+        _checked(top, n_vocab, len(whole) - 1)
+        self._sessions[session] = (model, whole)
+        # Named, never spread: the reference's top-k reaches past the server's where their
+        # tails differ in order, and a spread row would claim those ids improbable.
+        row = NamedLogprobs.from_rows([top], n_vocab, unnamed or "the server names only its top-k")
+        return {"n_past": len(whole), "logits": row}
+
+    def session_truncate(self, session: str, n: int) -> int:
+        model, held = self._held(session)
+        if not 0 <= n <= len(held):
+            raise ValueError(f"session_truncate to {n} tokens: the session holds {len(held)}")
+        self._sessions[session] = (model, held[:n])
+        return n
+
+    def session_close(self, session: str) -> None:
+        self._held(session)
+        del self._sessions[session]
+
+
+def _checked(top: dict[int, float], n_vocab: int, position: int) -> None:
+    """Ids outside ``0 <= id < n_vocab`` and non-finite or positive log-probs are an
     ``EngineError`` naming the position, never an index that wraps around."""
     field = f"top_logprobs[{position}]"
     bounds.check_ids(list(top), n_vocab, field + " id")
     for token, logprob in top.items():
         if math.isnan(logprob) or logprob > 1e-4:  # -inf: a probability that underflowed
             raise EngineError(f"http: answer field {field} gives id {token} the log-prob {logprob!r}")
+
+
+def _spread(top: dict[int, float], n_vocab: int, position: int = 0) -> np.ndarray:
+    """A log-prob row holding ``top`` exactly; the rest of the mass spread evenly.
+    Ids outside ``0 <= id < n_vocab`` and non-finite or positive log-probs are an
+    ``EngineError`` naming the position, never an index that wraps around."""
+    _checked(top, n_vocab, position)
     mass = sum(math.exp(v) for v in top.values())
     rest = max(1.0 - mass, 1e-30) / max(n_vocab - len(top), 1)
     row = np.full(n_vocab, math.log(rest), dtype=np.float32)

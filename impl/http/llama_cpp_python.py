@@ -2,6 +2,13 @@
 ``/openapi.json`` listing ``/extras/tokenize``: ``/extras/tokenize``,
 ``/extras/detokenize``, ``/v1/completions`` with ``logprobs``/``echo``.
 
+Sessions (the state stages) are the server's own prefix reuse: the ids a session holds
+are kept here, and each ``session_append`` sends them whole as a one-token completion, of
+which the server evaluates only what its KV (its last prompt, or with ``--cache`` its RAM
+cache) does not already hold; the last position's top-k log-probs are the answer, named
+(``impl.named_logprobs``): a candidate named by a text several ids share is left in the
+unnamed remainder, as the logits answer leaves it.
+
 It always parses special tokens (``parse_special=False`` is declined when the text
 holds ``<``); it answers detokenized text (ids whose bytes are not valid UTF-8 are
 declined); it has no chat-template endpoint. It names log-prob candidates by their
@@ -33,7 +40,7 @@ from impl.protocol import EngineError, ModelRef, Unsupported
 
 class LlamaCppPythonServer:
     name = "llama-cpp-python"
-    capabilities = frozenset({"encode", "decode", "logits", "generate"})
+    capabilities = frozenset({"encode", "decode", "logits", "generate", "session"})
 
     def __init__(self, client: HttpClient, top_k: int, served: str | None):
         self.client, self.top_k, self.served = client, top_k, served
@@ -105,6 +112,48 @@ class LlamaCppPythonServer:
         return rows, (
             f"llama-cpp-python names log-prob candidates by their text, and {sum(unnamed.values())} "
             f"candidates had a text several ids share ({shown}): their probability is left unnamed"
+        )
+
+    def last_row(self, model: ModelRef, ids: list[int]) -> tuple[dict[int, float], str]:
+        """The top-k log-probs after the prompt's last id (a one-token greedy completion), and
+        why some candidates have no id ("" when every one was named). The server's one model
+        keeps the KV of its last prompt and evaluates only what follows the longest shared
+        prefix (and, started with ``--cache``, restores a longer cached prefix from its RAM
+        cache): a session's append is such a request."""
+        unnamed: collections.Counter[str] = collections.Counter()
+        out = self.client.post(
+            "/v1/completions",
+            {"prompt": self._prompt_text(model, ids), "max_tokens": 1, "logprobs": self.top_k, **GREEDY},
+        )
+        choice = out["choices"][0]
+        if out.get("usage", {}).get("prompt_tokens", len(ids)) != len(ids):
+            raise EngineError(
+                f"{NAME}: the completion's prompt was {out['usage']['prompt_tokens']} tokens, not the {len(ids)} sent"
+            )
+        tops = choice["logprobs"]["top_logprobs"]
+        if not tops:
+            # The greedy token ended the completion (an end of generation such as <|im_end|>,
+            # after "…France?"): the server then reports no token and no log-probs. The echo of
+            # the same prompt has them: its entry i is the distribution after id i. The server
+            # holds the whole prompt (the end token was never evaluated), so 0.3.36 evaluates
+            # nothing again ("full prompt already cached") and answers the row just computed.
+            if len(ids) < 2:
+                raise EngineError(f"{NAME}: a one-id prompt's completion ended at once, with no log-probs")
+            echo = self.client.post(
+                "/v1/completions",
+                {
+                    "prompt": self._prompt_text(model, ids),
+                    "max_tokens": 1,
+                    "echo": True,
+                    "logprobs": self.top_k,
+                    **GREEDY,
+                },
+            )
+            tops = echo["choices"][0]["logprobs"]["top_logprobs"][len(ids) - 1 :]
+        row = self._by_id(model, tops[0], unnamed)
+        shown = ", ".join(f"{t!r} ×{n}" for t, n in unnamed.most_common(4))
+        return row, (
+            f"{sum(unnamed.values())} candidates had a text several ids share ({shown})" if unnamed else ""
         )
 
     def generate(

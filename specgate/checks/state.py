@@ -12,6 +12,12 @@ metrics, on the one judged position).
   ids, close); after each append the session must hold the span's end, and at each
   judged point its logits are judged against a fresh prefill of what it holds.
 
+A judged row is the full array or, from an engine that names only some candidates
+(``impl.named_logprobs``: llama-cpp-python's server names its top-k by text), the named
+log-probabilities of that one position, judged as the logits stage judges them
+(``specgate.checks.logit_named``: a KL lower bound over the reference's top-k ids it names
+and one "rest"; nothing claimed about the ids it does not name).
+
 Playing is class-free (the engine is asked once per case, whichever classes read the
 answer); ``judge_*`` judges one class. A session the engine holds wrongly (a count
 off after an append or a truncate) fails every class, the logits' distance named too.
@@ -33,7 +39,7 @@ import numpy as np
 
 from impl.named_logprobs import NamedLogprobs
 from impl.protocol import EngineError
-from specgate.checks import logit_metrics, logits
+from specgate.checks import logit_metrics, logit_named, logits
 from specgate.outcomes.gate import call
 
 
@@ -42,13 +48,14 @@ class Played:
     """What the engine answered across one case: the last logits row per judged point
     (the prompt's end; each turn), and what it held wrongly on the way (per point)."""
 
-    rows: list[np.ndarray] = field(default_factory=list)
+    rows: list[np.ndarray | NamedLogprobs] = field(default_factory=list)
     held: list[str | None] = field(default_factory=list)
 
 
-def _append(engine: Any, session: str, ids: list[int]) -> tuple[int, np.ndarray]:
+def _append(engine: Any, session: str, ids: list[int]) -> tuple[int, np.ndarray | NamedLogprobs]:
     answer = call(engine, "session", session, ids, method="session_append")
-    row = np.asarray(answer["logits"], dtype=np.float32).reshape(-1)
+    got = answer["logits"]
+    row = got if isinstance(got, NamedLogprobs) else np.asarray(got, dtype=np.float32).reshape(-1)
     return int(answer["n_past"]), row
 
 
@@ -232,18 +239,47 @@ def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]
     return [(case["ids"], case["reference"])]
 
 
+def _as_positions(row: np.ndarray | NamedLogprobs, n: int) -> tuple[str | None, Any]:
+    """``row`` as the logits answer of ``n`` positions the logits check reads (only the
+    last is read: every other row of the view is the same memory), or why it is not one."""
+    if isinstance(row, NamedLogprobs):
+        if (bad := logit_named.well_formed(1, row)) is not None:
+            return f"the last position's named log-probabilities: {bad}", None
+        k = row.ids.shape[1]
+        return None, NamedLogprobs(
+            row.n_vocab, np.broadcast_to(row.ids, (n, k)), np.broadcast_to(row.logprobs, (n, k)), row.unnamed
+        )
+    if row.ndim != 1 or not np.isfinite(row).all():
+        return f"the last position's logits are not a finite row (shape {row.shape})", None
+    return None, np.broadcast_to(row, (n, len(row)))
+
+
 def judge_row(
-    conformance_class: str, model_id: str, ids: list[int], reference: dict[str, Any], row: np.ndarray
+    conformance_class: str,
+    model_id: str,
+    ids: list[int],
+    reference: dict[str, Any],
+    row: np.ndarray | NamedLogprobs,
 ) -> tuple[str | None, Any]:
     """The logits gate's check of one class on the last position of ``ids``: None or why not,
     and the comparison (``kl_mean`` is the position's KL)."""
-    n_vocab = len(row)
-    if row.ndim != 1 or not np.isfinite(row).all():
-        return f"the last position's logits are not a finite row (shape {row.shape})", None
+    problem, got = _as_positions(row, len(ids))
+    if problem is not None:
+        return problem, None
     case = {"ids": ids, "positions": [len(ids) - 1], "hf": reference, "llamacpp": reference}
-    # Only the judged position is read: every other row of this view is the same memory.
-    got = np.broadcast_to(row, (len(ids), n_vocab))
     return logits.check(conformance_class, model_id, case, got)
+
+
+def unjudged(conformance_class: str, model_id: str, case: dict[str, Any], played: Played) -> str | None:
+    """Why a named row could not be judged at all (its top-1 unnamed and no candidate the
+    reference ranks named: ``logits.unjudged``), at the first such judged point; None when
+    every point was judged. The case is then refused, never passed on nothing."""
+    where = "turn" if "turns" in case else "point"
+    for number, ((ids, reference), row) in enumerate(zip(judged_points(case), played.rows, strict=False), 1):
+        _, cmp = judge_row(conformance_class, model_id, ids, reference, row)
+        if cmp is not None and (reason := logits.unjudged(row, cmp)):
+            return reason if "ids" in case else f"{where} {number}: {reason}"
+    return None
 
 
 def judge_incremental(

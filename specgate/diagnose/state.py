@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.named_logprobs import NamedLogprobs
 from impl.protocol import Engine
 from oracle import rope
 from specgate.checks import state as state_check
@@ -180,7 +181,7 @@ class StateAnswer:
 
     model_id: str
     points: list[list[int]]
-    rows: list[np.ndarray]
+    rows: list[np.ndarray | NamedLogprobs]
     held: list[str | None]
     _records: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -192,7 +193,18 @@ class StateAnswer:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(np.asarray(r).nbytes) for r in self.rows)
+        return sum(
+            int(r.ids.nbytes + r.logprobs.nbytes)
+            if isinstance(r, NamedLogprobs)
+            else int(np.asarray(r).nbytes)
+            for r in self.rows
+        )
+
+
+def _row(row: Any) -> np.ndarray | NamedLogprobs:
+    """A judged point's row as the state check takes it: an engine's named log-probabilities
+    as they are, any other answer as a float32 array."""
+    return row if isinstance(row, NamedLogprobs) else np.asarray(row, dtype=np.float32)
 
 
 def judged(stage: str, reference: StateAnswer, got: StateAnswer) -> list[tuple[str | None, Any]]:
@@ -200,9 +212,7 @@ def judged(stage: str, reference: StateAnswer, got: StateAnswer) -> list[tuple[s
     reference (``specgate.checks.state.judge_row``): (why not, or None; the comparison)."""
     conformance_class = stage.partition("/")[2]
     return [
-        state_check.judge_row(
-            conformance_class, reference.model_id, ids, reference.record(k), np.asarray(row, dtype=np.float32)
-        )
+        state_check.judge_row(conformance_class, reference.model_id, ids, reference.record(k), _row(row))
         for k, (ids, row) in enumerate(zip(reference.points, got.rows, strict=False))
     ]
 
@@ -314,6 +324,8 @@ def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> StateAns
         not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")
     got = played(engine, model, model.id, inp)
     for row in got.rows:
+        if isinstance(row, NamedLogprobs):  # checked as the gate checks it (state_check.judge_row)
+            continue
         if row.ndim != 1 or not np.isfinite(row).all():
             raise ValueError(f"a last position's logits are not a finite row (shape {row.shape})")
     return got

@@ -13,12 +13,14 @@ stream the reference's. All are judged in the logits stage's
 classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
 The playing and the comparison are in ``specgate.checks.state``; each case is played
 once, whichever classes read it. The class's metrics at their worst over the case's judged
-points are reported beside the verdict."""
+points are reported beside the verdict. A row of named log-probabilities (an engine naming
+only some candidates) that names nothing judgeable at some point refuses the case (never a
+pass on nothing)."""
 
 import pytest
 
 from specgate.checks import state as checks
-from specgate.outcomes.gate import claims, fail_if, report_metrics
+from specgate.outcomes.gate import claims, fail_if, refused, report_metrics
 
 
 @pytest.mark.gate("state_incremental")
@@ -33,7 +35,10 @@ def test_state_incremental(engine, specgate, model, model_id, case_id, case, con
         ("state_incremental", model.id, case_id), lambda: checks.play_incremental(engine, model, case)
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    fail_if(checks.judge_incremental(conformance_class, model_id, case, played), label)
+    failure = checks.judge_incremental(conformance_class, model_id, case, played)
+    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)
 
 
 @pytest.mark.gate("state_conversation")
@@ -47,7 +52,10 @@ def test_state_conversation(engine, specgate, model, model_id, case_id, case, co
         ("state_conversation", model.id, case_id), lambda: checks.play_conversation(engine, model, case)
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    fail_if(checks.judge_conversation(conformance_class, model_id, case, played), label)
+    failure = checks.judge_conversation(conformance_class, model_id, case, played)
+    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)
 
 
 @pytest.mark.gate("state_reuse")
@@ -58,7 +66,10 @@ def test_state_reuse(engine, specgate, model, model_id, case_id, case, conforman
         ("state_reuse", model.id, case_id), lambda: checks.play_reuse(engine, model, case)
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    fail_if(checks.judge_reuse(conformance_class, model_id, case, played), label)
+    failure = checks.judge_reuse(conformance_class, model_id, case, played)
+    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)
 
 
 @pytest.mark.gate("state_generate")

@@ -120,7 +120,7 @@ def local(model: ModelRef):
 
 
 def test_probe_finds_llama_cpp_python_and_its_capabilities(engine: HttpEngine) -> None:
-    assert engine.capabilities == {"encode", "decode", "logits", "generate"}
+    assert engine.capabilities == {"encode", "decode", "logits", "generate", "session"}
     assert engine.version().startswith("llama-cpp-python server at http://127.0.0.1:")
 
 
@@ -212,6 +212,47 @@ def test_greedy_generate_matches_llama_cpp_in_process(engine: HttpEngine, local,
     assert got["ids"] == expected
     assert got["finish_reason"] == "length"
     assert got["text"].encode() == local.detokenize(expected)
+
+
+@pytest.mark.slow  # a few prefills of the 0.5B through the server and in process
+def test_a_session_is_the_servers_prefix_reuse_as_llama_cpp_chunks_it(
+    engine: HttpEngine, local, model: ModelRef
+) -> None:
+    ids = local.tokenize(CHAT.encode(), add_bos=False, special=True)
+    other = local.tokenize(b"hello?<|im_end|>\n", add_bos=False, special=True)
+    assert other[0] != ids[4]
+    # a prompt sharing no token with the session: the session's first append is then a fresh prefill
+    engine.client.post("/v1/completions", {"prompt": "Hello", "max_tokens": 1})
+    session = engine.session_open(model)
+    assert engine.session_append(session, ids[:4])["n_past"] == 4
+    after = engine.session_append(session, ids[4:])
+    assert after["n_past"] == len(ids)
+    assert engine.session_truncate(session, 4) == 4
+    cut = engine.session_append(session, other)
+    assert cut["n_past"] == 4 + len(other)
+    engine.session_close(session)
+    with pytest.raises(EngineError, match="no open session 's"):
+        engine.session_append(session, ids[:1])
+
+    def last(evals: list[list[int]]) -> dict[int, float]:
+        """llama.cpp in process, the prompt cut into the batches the server evaluated."""
+        local.reset()
+        for batch in evals:
+            local.eval(batch)
+        row = np.asarray(local.scores[local.n_tokens - 1], dtype=np.float64)
+        row = row - row.max() - np.log(np.exp(row - row.max()).sum())
+        return {int(i): float(row[i]) for i in np.argsort(-row)[:10]}
+
+    # the server kept the first append's KV and evaluated only the rest; after the truncate,
+    # only the new tail after the 4 tokens the session kept (what its last prompt shares)
+    for answer, evals in ((after, [ids[:4], ids[4:]]), (cut, [ids[:4], other])):
+        named = answer["logits"]
+        assert isinstance(named, NamedLogprobs) and len(named) == 1 and named.n_vocab == local.n_vocab()
+        ref = last(evals)
+        got = named.row(0)
+        shared = [i for i in ref if i in got]
+        assert len(shared) >= 8, (ref, got)  # the rest: texts several ids share, left unnamed
+        assert max(abs(got[i] - ref[i]) for i in shared) <= LOGPROB_TOL
 
 
 def test_unreachable_server_is_an_engine_error() -> None:
