@@ -176,6 +176,8 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         return rows * vocab * 6 + slack
     if op == "session_append":  # one row of logits, and n_past
         return vocab * 6 + slack
+    if op == "batch_logits":  # one row per prompt
+        return max(len(fields.get("prompts", ())), 1) * vocab * 6 + slack
     if op == "trace":
         # Each point asked, its rows as wide as the model says (unreadable: the vocabulary,
         # result_output's width, the widest), as float32 in base64 (6 bytes a value at most).
@@ -209,6 +211,8 @@ def answer_items(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
         return 8 * max(len(fields.get("ids", ())), 1) + slack
     if op == "session_append":
         return 16 + slack
+    if op == "batch_logits":
+        return 8 * max(len(fields.get("prompts", ())), 1) + slack
     if op == "trace":
         return 8 * len(fields.get("points", ())) + slack
     if op == "sample":

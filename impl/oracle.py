@@ -244,6 +244,11 @@ class OracleEngine(Engine):
         """Float32 logits for every position of ``ids``, from an empty KV cache."""
         return _forward_model(model.gguf).prefill(ids)
 
+    def batch_logits(self, model: ModelRef, prompts: Sequence[Sequence[int]]) -> Any:
+        """Each prompt's last-position logits, each from an empty KV cache: the definition
+        a batch is held to (the oracle evaluates them one after another)."""
+        return np.stack([_forward_model(model.gguf).prefill(list(ids), outputs=[-1])[0] for ids in prompts])
+
     # --- trace stage (the forward's named intermediates) ------------------------------
     def trace(
         self,

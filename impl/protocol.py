@@ -127,6 +127,9 @@ class Engine:
     session_truncate(session, n) -> int
         keep the first ``n`` tokens, drop the KV of the rest: ``n``.
     session_close(session) -> None
+    batch_logits(model, prompts) -> numpy array [len(prompts), n_vocab] of float32
+        the prompts evaluated together, each from an empty cache: each one's last
+        position's logits, in the order asked (an optional capability, ``batch``).
 
     The session ops are the one state an engine keeps between requests (the ``state_*``
     stages gate it); unlike the others they raise ``Unsupported`` when not overridden.
@@ -233,3 +236,6 @@ class Engine:
 
     def session_close(self, session: str) -> None:
         raise Unsupported(f"{self.name} does not offer sessions")
+
+    def batch_logits(self, model: ModelRef, prompts: Sequence[Sequence[int]]) -> Any:
+        raise Unsupported(f"{self.name} does not evaluate batches")

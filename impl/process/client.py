@@ -505,6 +505,11 @@ def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
     return bounds.check_logit_rows(result, len(args["ids"]), n_vocab)
 
 
+def _batch_logits_answer(result: Any, args: dict[str, Any]) -> Any:
+    """One row per prompt (``logits``' checks, the rows counted against the prompts)."""
+    return _logits_answer(result, {**args, "ids": args["prompts"]})
+
+
 def _trace_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Every point asked and none other, one row per position asked, each row as wide as
     the model makes that point and finite (PROTOCOL.md 4.6, 8), in the order asked."""
@@ -540,6 +545,7 @@ def _session_append_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
 
 _RESULT_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "logits": _logits_answer,
+    "batch_logits": _batch_logits_answer,
     "session_append": _session_append_answer,
     "trace": _trace_answer,
 }

@@ -8,6 +8,8 @@ metrics, on the one judged position).
 * ``play_conversation``: a new session, per turn the KV the new render no longer holds
   truncated (``keep``: a template drift, a seam) and only the rest appended; the session
   must then hold the whole render, and its logits are judged per turn.
+* ``play_batch``: the case's prompts in one ``batch_logits`` request; each row is judged
+  against that prompt's one-shot prefill alone.
 * ``play_reuse``: the case's steps on two sessions (open, append a span of the session's
   ids, close); after each append the session must hold the span's end, and at each
   judged point its logits are judged against a fresh prefill of what it holds.
@@ -228,6 +230,47 @@ def judge_generate(
     return failure and f"the cold generation departs from the reference's greedy stream: {failure}"
 
 
+def play_batch(engine: Any, model: Any, case: dict[str, Any]) -> Played:
+    """The case's prompts in one ``batch_logits`` request: one row per prompt, in order."""
+    prompts = case["prompts"]
+    answer = call(engine, "batch", model, prompts, method="batch_logits")
+    if isinstance(answer, NamedLogprobs):
+        rows: list[Any] = [
+            NamedLogprobs(answer.n_vocab, answer.ids[k : k + 1], answer.logprobs[k : k + 1], answer.unnamed)
+            for k in range(len(answer))
+        ]
+    else:
+        array = np.asarray(answer, dtype=np.float32)
+        if array.ndim != 2 or len(array) != len(prompts):
+            raise EngineError(
+                f"batch_logits answered shape {array.shape}, not one row per prompt ({len(prompts)})"
+            )
+        rows = list(array)
+    if len(rows) != len(prompts):
+        raise EngineError(f"batch_logits answered {len(rows)} rows for {len(prompts)} prompts")
+    return Played(rows=rows, held=[None] * len(prompts))
+
+
+def judge_batch(conformance_class: str, model_id: str, case: dict[str, Any], played: Played) -> str | None:
+    """The first prompt whose row is not its alone one-shot prefill's, named: its place in
+    the batch, its length against the batch's longest."""
+    longest = max(len(p) for p in case["prompts"])
+    for k, ((ids, reference), row) in enumerate(zip(judged_points(case), played.rows, strict=True)):
+        failure, cmp = judge_row(conformance_class, model_id, ids, reference, row)
+        if failure is None:
+            continue
+        kl = (
+            f"differs from its one-shot prefill alone by KL {cmp.kl_mean:.3g}"
+            if cmp is not None
+            else "is wrong"
+        )
+        return (
+            f"prompt {k + 1} of {len(case['prompts'])} ({case['labels'][k]}, {len(ids)} tokens; the batch's "
+            f"longest has {longest}): its last position's row {kl}: {failure}"
+        )
+    return None
+
+
 def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:
     """A state case's judged points, in the order its rows are played: (the ids the session
     holds, the reference at their last position) — the prompt's end; every turn; every
@@ -236,6 +279,8 @@ def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]
         return [(t["ids"], t["reference"]) for t in case["turns"]]
     if "points" in case:
         return [(case["sessions"][p["session"]][: p["n"]], p["reference"]) for p in case["points"]]
+    if "prompts" in case:
+        return list(zip(case["prompts"], case["references"], strict=True))
     return [(case["ids"], case["reference"])]
 
 

@@ -80,3 +80,20 @@ def test_state_generate(engine, specgate, model, model_id, case_id, case, confor
         ("state_generate", model.id, case_id), lambda: checks.play_generate(engine, model, case)
     )
     fail_if(checks.judge_generate(conformance_class, model_id, case, got), label)
+
+
+@pytest.mark.gate("state_batch")
+def test_state_batch(engine, specgate, model, model_id, case_id, case, conformance_class, request):
+    lengths = ", ".join(map(str, (len(p) for p in case["prompts"])))
+    label = (
+        f"[state_batch/{conformance_class}] model {model_id}, batch {case_id} (prompts of {lengths} tokens)"
+    )
+    claims(engine, "batch", conformance_class)
+    played = specgate.answers.get(
+        ("state_batch", model.id, case_id), lambda: checks.play_batch(engine, model, case)
+    )
+    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
+    failure = checks.judge_batch(conformance_class, model_id, case, played)
+    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)

@@ -17,7 +17,10 @@ prefill.
   the first was closed (warm: whatever cache the engine kept), and again after a
   truncate back to the prompt, are the same ids, and the session then holds the prompt
   and what was emitted; a greedy stream is held to the reference's by the generate
-  gate's near-tie rule of the class.
+  gate's near-tie rule of the class;
+* ``state_batch`` (the optional capability ``batch``): prompts of different lengths
+  evaluated together (``batch_logits``) give each prompt's alone logits at its last
+  position, in the order asked.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
@@ -33,7 +36,13 @@ from __future__ import annotations
 
 from impl.protocol import CONFORMANCE_CLASSES
 from specgate.stages.base import Stage
-from specgate.stages.state_cases import conversation_cases, generate_cases, incremental_cases, reuse_cases
+from specgate.stages.state_cases import (
+    batch_cases,
+    conversation_cases,
+    generate_cases,
+    incremental_cases,
+    reuse_cases,
+)
 
 STATE_INCREMENTAL = Stage(
     "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
@@ -49,4 +58,7 @@ STATE_REUSE = Stage(
 STATE_GENERATE = Stage(
     "state_generate", capability="session", snapshot="state_generate", classes=CONFORMANCE_CLASSES,
     build=generate_cases,
+)  # fmt: skip
+STATE_BATCH = Stage(
+    "state_batch", capability="batch", snapshot="state_batch", classes=CONFORMANCE_CLASSES, build=batch_cases,
 )  # fmt: skip

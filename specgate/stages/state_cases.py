@@ -1,7 +1,7 @@
 """How the state stages' cases are built (``Stage.build``) and recorded.
 
 Cases are data: per model a ``state_incremental``, a ``state_conversation``, a
-``state_reuse`` and a ``state_generate`` snapshot, built from the corpus and the model's tokenizer and template,
+``state_reuse``, a ``state_generate`` and a ``state_batch`` snapshot, built from the corpus and the model's tokenizer and template,
 each case carrying its ids beside the reference logits at the last position.
 
 * ``incremental_cases``: per prompt (the forward corpus' ``prompts``, tokenized with
@@ -19,6 +19,9 @@ each case carrying its ids beside the reference logits at the last position.
   to the shared prefix) the steps on two sessions and the one-shot reference of every
   judged point. An engine may reuse the KV of the shared prefix (a prefix cache, a
   forked sequence) or not; it must never read a token of the other session past it.
+* ``batch_cases``: batches of the corpus prompts and the first renders, of different
+  lengths (in order, reversed, with a one-token prompt, with a prompt twice), each
+  prompt with the one-shot reference of it alone.
 * ``generate_cases``: per conversation's first render (``GENERATE_PROMPTS`` of them) and
   sampler (``GENERATE_PARAMS``: greedy, seeded), the prompt, the params and the oracle's
   stream (ids, finish reason, top-2 margins: the near-tie rule of the generate gate).
@@ -286,6 +289,29 @@ def generate_cases(prompts: Mapping[str, Sequence[int]], generate: Generate) -> 
     return cases
 
 
+def batch_cases(prompts: Mapping[str, Sequence[int]], one_shot: OneShot) -> dict[str, Any]:
+    """Batches of the prompts (``prompts``: label -> ids, of different lengths): all of them
+    in order and reversed (a batch sorted by length must answer in the order asked), the
+    shortest against a one-token prompt and the longest, the same prompt twice beside
+    another; per prompt the one-shot reference of it alone."""
+    labels = list(prompts)
+    by_length = sorted(labels, key=lambda label: len(prompts[label]))
+    one_token = {"one_token": list(prompts[by_length[0]][:1])}
+    batches = {
+        "mixed": labels,
+        "reversed": labels[::-1],
+        "one_token_and_longest": ["one_token", by_length[-1], by_length[0]],
+        "duplicates": [by_length[0], by_length[-1], by_length[0]],
+    }
+    every = {**prompts, **one_token}
+    references = {label: reference_record(one_shot(every[label])) for label in every}
+    return {
+        name: {"labels": chosen, "prompts": [list(every[label]) for label in chosen],
+               "references": [references[label] for label in chosen]}
+        for name, chosen in batches.items()
+    }  # fmt: skip
+
+
 def conversation_cases(
     conversations: Mapping[str, Mapping[str, Any]],
     play: Callable[[Mapping[str, Any]], Sequence[Any]],
@@ -366,12 +392,17 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
     return verdict
 
 
-def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references: bool = True) -> list[Path]:
-    """Build and write the four state snapshots of ``model_id`` from the oracle's one-shot
+def record(
+    model_id: str,
+    root: Path = snapshots.SNAPSHOT_ROOT,
+    with_references: bool = True,
+    stages: Sequence[str] | None = None,
+) -> list[Path]:
+    """Build and write the five state snapshots of ``model_id`` from the oracle's one-shot
     prefill (``state_generate``: its decode loop); in the incremental and conversation ones
     each judged point with transformers' and llama.cpp's own played and one-shot rows beside
     it (``state_references.add``; ``with_references=False``: the oracle's alone, no torch or
-    llama.cpp)."""
+    llama.cpp). ``stages``: only these snapshots (default: all)."""
     from specgate.stages import state_references
     from specgate.supply.models import model_ref
     from specgate.upkeep import drift_table
@@ -395,13 +426,21 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references:
     renders = {f"{c}/{k}": list(t.increment.ids) for c, conversation in conversations.items()
                for k, t in enumerate(play(conversation), 1)}  # fmt: skip
     first_renders = {c: renders[f"{c}/1"] for c in list(conversations)[:GENERATE_PROMPTS]}
-    built = {
-        "state_generate": generate_cases(first_renders, oracle_generate(model)),
-        "state_incremental": incremental_cases(prompts, one_shot),
-        "state_conversation": conversation_cases(conversations, play, one_shot),
-        "state_reuse": reuse_cases(renders, one_shot),
+    batched = {**prompts, **{f"{c}/1": ids for c, ids in first_renders.items()}}
+    builders: dict[str, Callable[[], dict[str, Any]]] = {
+        "state_generate": lambda: generate_cases(first_renders, oracle_generate(model)),
+        "state_incremental": lambda: incremental_cases(prompts, one_shot),
+        "state_conversation": lambda: conversation_cases(conversations, play, one_shot),
+        "state_reuse": lambda: reuse_cases(renders, one_shot),
+        "state_batch": lambda: batch_cases(batched, one_shot),
     }
-    referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED}
+    unknown = sorted(set(stages or ()) - set(builders))
+    if unknown:
+        raise SystemExit(
+            f"no state snapshot named {', '.join(unknown)}: the state snapshots are {', '.join(builders)}"
+        )
+    built = {stage: build() for stage, build in builders.items() if stages is None or stage in stages}
+    referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED if stage in built}
     played = state_references.add(model, referenced, one_shot) if with_references else {}
     paths = []
     for stage, cases in built.items():
@@ -416,9 +455,17 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m specgate.stages.state_cases [MODEL ...]``: record the state snapshots."""
-    for model_id in argv or MODELS:
-        for path in record(model_id):
+    """``python -m specgate.stages.state_cases [--only STAGE,STAGE] [MODEL ...]``: record the
+    state snapshots (``--only``: those of these stages alone)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m specgate.stages.state_cases")
+    parser.add_argument("--only", help="comma-separated state snapshots to record (default: all)")
+    parser.add_argument("models", nargs="*", help=f"model ids (default: {', '.join(MODELS)})")
+    args = parser.parse_args(argv)
+    only = args.only.split(",") if args.only else None
+    for model_id in args.models or MODELS:
+        for path in record(model_id, stages=only):
             print(path)
     return 0
 

@@ -142,6 +142,10 @@ class ToyEngine(Engine):
         held += new
         return {"n_past": len(held), "generated": {"ids": new, "bytes": "", "finish_reason": "length"}}
 
+    def batch_logits(self, model: ModelRef, prompts: Sequence[Sequence[int]]) -> Any:
+        """Per prompt a row [len, last id, 0, …]."""
+        return np.array([[len(p), p[-1], *([0.0] * 6)] for p in prompts], dtype=np.float32)
+
     def session_truncate(self, session: str, n: int) -> int:
         del self.sessions[session][n:]
         return n

@@ -31,6 +31,7 @@ STAGES = (
     ("state_conversation", state.play_conversation, state.judge_conversation),
     ("state_reuse", state.play_reuse, state.judge_reuse),
     ("state_generate", state.play_generate, state.judge_generate),
+    ("state_batch", state.play_batch, state.judge_batch),
 )
 NOTHING: dict[str, dict[str, str]] = {stage: {} for stage, _, _ in STAGES}
 
@@ -74,6 +75,8 @@ def found(model: Any) -> dict[str, dict[str, dict[str, str]]]:
             "fork_aliased",
             "seed_carried",
             "last_not_held",
+            "batch_padded",
+            "batch_sorted",
         )
     ]:
         engine = served(*argv)
@@ -181,6 +184,27 @@ def test_generation_from_a_session_fails_where_the_state_bug_reaches_it(found) -
     assert len(found["sessions_shared"]["state_generate"]) == 4
     assert len(found["position_off_by_one"]["state_generate"]) == 4
     assert found["chunk_boundary"]["state_generate"] == {}
+
+
+def test_unmasked_padding_in_a_batch_fails_every_batch_of_different_lengths(found) -> None:
+    got = found["batch_padded"]
+    assert {stage: set(cases) for stage, cases in got.items() if cases} == {
+        "state_batch": {"mixed", "reversed", "one_token_and_longest", "duplicates"}
+    }
+    assert got["state_batch"]["mixed"].startswith(
+        "prompt 1 of 4 (raw_en, 10 tokens; the batch's longest has 30)"
+    )
+
+
+def test_rows_answered_in_length_order_fail_the_batches_asked_in_another(found) -> None:
+    got = found["batch_sorted"]["state_batch"]
+    assert set(got) == {
+        "mixed",
+        "reversed",
+        "one_token_and_longest",
+        "duplicates",
+    }  # none asked in length order
+    assert "differs from its one-shot prefill alone by KL" in got["reversed"]
 
 
 def test_a_chunk_boundary_bug_fails_the_uneven_chunks_only(found) -> None:

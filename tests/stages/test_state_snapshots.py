@@ -85,6 +85,13 @@ def test_the_cases_ids_and_turns_are_the_corpus_through_the_model_s_tokenizer_an
         assert [{"session": p["session"], "n": p["n"]} for p in case["points"]] == [
             {"session": p["session"], "n": p["n"]} for p in built[case_id]["points"]
         ], f"{model_id}/{case_id}"
+    batched = {**{p: tokenize(str(corpus.prompts()[p]["text"])) for p in state_cases.PROMPTS},
+               **{f"{c}/1": renders[f"{c}/1"] for c in state_cases.CONVERSATIONS[kind][: state_cases.GENERATE_PROMPTS]}}  # fmt: skip
+    stored_batches = snapshots.load(model, "state_batch")
+    built_batches = state_cases.batch_cases(batched, lambda ids: np.zeros(1, np.float32))
+    assert {k: (c["labels"], c["prompts"]) for k, c in stored_batches.items()} == {
+        k: (c["labels"], c["prompts"]) for k, c in built_batches.items()
+    }, model_id
     # every conversation played drops stale KV somewhere but the plain one
     drops = {c: any(t["drop"] for t in case["turns"]) for c, case in conversations.items()}
     assert drops == {c: c != "01_plain_chat" for c in conversations}
@@ -106,6 +113,10 @@ def test_a_tiny_model_s_recorded_references_are_the_oracle_s_one_shot_prefill(mo
             shifted = np.roll(row, 1)  # the check is not blind: another row fails it
             assert state.judge_row("exact", model_id, turn["ids"], turn["reference"], shifted)[0] is not None
     for case_id, case in snapshots.load(model, "state_reuse").items():
+        for ids, reference in state.judged_points(case):
+            failure, _ = state.judge_row("exact", model_id, ids, reference, one_shot(ids))
+            assert failure is None, f"{model_id}/{case_id} at {len(ids)} tokens: {failure}"
+    for case_id, case in snapshots.load(model, "state_batch").items():
         for ids, reference in state.judged_points(case):
             failure, _ = state.judge_row("exact", model_id, ids, reference, one_shot(ids))
             assert failure is None, f"{model_id}/{case_id} at {len(ids)} tokens: {failure}"

@@ -30,6 +30,13 @@ each on the right stage (``tests/engines/test_state_mutants.py``):
 * ``last_not_held``        ``session_generate`` never evaluates the last emitted id into the
                            cache (the decode loop samples it and stops): the session holds
                            one token too few (``state_generate``)
+* ``batch_padded``         ``batch_logits`` left-pads the shorter prompts to the longest with
+                           the pad token and evaluates them unmasked: the pads are attended
+                           and the positions shifted (``state_batch``: every batch of
+                           different lengths)
+* ``batch_sorted``         ``batch_logits`` sorts the prompts by length to batch them and
+                           answers the rows in that order, not the order asked
+                           (``state_batch``: the batches not already sorted)
 * ``noisy_append``         a look-alike of no state bug: an append after cached tokens answers
                            its logits plus seeded noise (σ 0.01: beyond the exact tolerance,
                            within the quantized class) — it fails where the position bug does,
@@ -143,6 +150,19 @@ class LastNotHeld(OracleEngine):
         return {**answer, "n_past": len(held)}
 
 
+class BatchPadded(OracleEngine):
+    def batch_logits(self, model: Any, prompts: Sequence[Sequence[int]]) -> Any:
+        longest = max(len(p) for p in prompts)
+        pad = 0  # the defect: pads in front, attended like tokens, positions shifted
+        return super().batch_logits(model, [[pad] * (longest - len(p)) + list(p) for p in prompts])
+
+
+class BatchSorted(OracleEngine):
+    def batch_logits(self, model: Any, prompts: Sequence[Sequence[int]]) -> Any:
+        order = sorted(range(len(prompts)), key=lambda k: len(prompts[k]))
+        return super().batch_logits(model, [prompts[k] for k in order])  # the defect: rows in that order
+
+
 def position_off_by_one() -> None:
     from oracle import rope
 
@@ -184,6 +204,8 @@ PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
     "fork_aliased": (ForkAliased, lambda: None),
     "seed_carried": (SeedCarried, lambda: None),
     "last_not_held": (LastNotHeld, lambda: None),
+    "batch_padded": (BatchPadded, lambda: None),
+    "batch_sorted": (BatchSorted, lambda: None),
 }
 
 
