@@ -26,16 +26,21 @@ The comparison and the playing of a case are ``specgate.checks.state``; the case
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
 held to the logits snapshot's references first; beside it at every judged point
 transformers' and llama.cpp's own rows, played on their KV caches and one-shot, which the
-oracle's is held to: ``specgate.stages.state_references``). A failing case is not shrunk or replayed
-(no ``replay``): its ids only make sense with its chunks or turns; it is diagnosed
-(``specgate.diagnose.state``: played again with a classic KV-cache defect applied to the
+oracle's is held to: ``specgate.stages.state_references``). A failing ``state_incremental``
+case is replayed and shrunk (``replay_incremental``: its ids and the name of its chunking,
+the chunks made anew for any length, the oracle's one-shot row the reference): the
+smallest prompt still failing the same way. The other state cases are not replayed —
+their ids only make sense with their turns, sessions or prompts together. Failing cases
+are diagnosed (``specgate.diagnose.state``: played again with a classic KV-cache defect applied to the
 oracle's sessions).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from impl.protocol import CONFORMANCE_CLASSES
-from specgate.stages.base import Stage
+from specgate.stages.base import Stage, Verdict
 from specgate.stages.state_cases import (
     batch_cases,
     conversation_cases,
@@ -44,9 +49,42 @@ from specgate.stages.state_cases import (
     reuse_cases,
 )
 
+
+def replay_incremental(
+    engine: Any, oracle: Any, model: Any, inp: dict[str, Any], conformance_class: str
+) -> Verdict:
+    """The state_incremental gate of one class on ``{"ids", "chunking"}``: the prompt appended
+    in that chunking (``state_cases.chunkings``) to a new session, the oracle's one-shot
+    logits at the last position the reference."""
+    import numpy as np
+
+    from specgate.checks import state as checks
+    from specgate.outcomes.gate import not_applicable
+    from specgate.stages.state_cases import chunkings, reference_record
+
+    if conformance_class not in engine.classes:
+        not_applicable(f"{engine.name} does not claim the {conformance_class!r} conformance class")
+    ids = list(inp["ids"])
+    row = np.asarray(oracle.batch_logits(model, [ids]), dtype=np.float32)[0]
+    case = {"ids": ids, "chunks": chunkings(len(ids))[inp["chunking"]], "reference": reference_record(row)}
+    played = checks.play_incremental(engine, model, case)
+    failure = checks.judge_incremental(conformance_class, model.id, case, played)
+    got = played.rows[0]
+    top = int(np.argmax(got)) if isinstance(got, np.ndarray) and got.ndim == 1 and got.size else "named"
+    return Verdict("fail" if failure else "pass", failure or "", {"top1": top}, {"top1": int(np.argmax(row))})
+
+
+def incremental_input(case: dict[str, Any], _constructs: bool) -> dict[str, Any] | None:
+    """A recorded case's replayable input: its ids and its chunking's name."""
+    from specgate.stages.state_cases import chunkings
+
+    named = [name for name, sizes in chunkings(len(case["ids"])).items() if sizes == case["chunks"]]
+    return {"ids": list(case["ids"]), "chunking": named[0]} if named else None
+
+
 STATE_INCREMENTAL = Stage(
     "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
-    build=incremental_cases,
+    replay=replay_incremental, case_input=incremental_input, build=incremental_cases,
 )  # fmt: skip
 STATE_CONVERSATION = Stage(
     "state_conversation", capability="session", snapshot="state_conversation", classes=CONFORMANCE_CLASSES,

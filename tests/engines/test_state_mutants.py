@@ -19,6 +19,7 @@ from specgate.checks import state
 from specgate.checks.logits import QUANTIZED_KL_MEAN
 from specgate.outcomes.gate import NotApplicable
 from specgate.plugin import model_missing
+from specgate.stages import state_cases
 from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
 from specgate.upkeep.model_ids import model_for
@@ -250,3 +251,31 @@ def test_the_measured_values_beside_the_verdict_are_the_worst_judged_point(model
     per_turn = off[2]
     assert off[1]["kl_mean"] == max(m["kl_mean"] for m in per_turn) > QUANTIZED_KL_MEAN
     assert off[1]["top1_agree_ties_excused"] == min(m["top1_agree_ties_excused"] for m in per_turn)
+
+
+def test_a_failing_chunked_prompt_shrinks_to_the_smallest_one_that_still_fails(model: Any) -> None:
+    """state_incremental is replayable (``specgate.stages.state.replay_incremental``): the
+    position bug's failing uneven case, shrunk as triage shrinks, is three tokens appended as
+    2 + 1 — the fewest whose uneven chunking appends after cached tokens (two are one chunk)
+    — and the oracle passes that input."""
+    from impl.oracle import OracleEngine
+    from specgate import stages
+    from specgate.run.triage import shrink
+
+    case = snapshots.load(model, "state_incremental")["raw_en_uneven"]
+    inp = stages.case_input("state_incremental/exact", case, False)
+    assert inp == {"ids": case["ids"], "chunking": "uneven"}
+    oracle, engine = OracleEngine(), served(str(MUTANTS), "position_off_by_one")
+    try:
+
+        def fails(candidate: dict[str, Any]) -> bool:
+            return (
+                stages.replay("state_incremental/exact", engine, oracle, model, candidate).outcome == "fail"
+            )
+
+        small = shrink(inp, fails)
+    finally:
+        engine.close()
+    assert len(small["ids"]) == 3 and small["chunking"] == "uneven", small
+    assert state_cases.chunkings(3)["uneven"] == [2, 1]
+    assert stages.replay("state_incremental/exact", oracle, oracle, model, small).outcome == "pass"
