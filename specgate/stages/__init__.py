@@ -17,7 +17,13 @@ from specgate.stages.base import Stage, Verdict
 from specgate.stages.forward import CONFORMANCE_CLASSES, GENERATE, LOGITS, SAMPLE, TRACE
 from specgate.stages.metadata import METADATA
 from specgate.stages.render import CONSTRUCTS_SNAPSHOT, RENDER, TEMPLATE
-from specgate.stages.state import STATE_CONVERSATION, STATE_GENERATE, STATE_INCREMENTAL, STATE_REUSE
+from specgate.stages.state import (
+    STATE_CHAT,
+    STATE_CONVERSATION,
+    STATE_GENERATE,
+    STATE_INCREMENTAL,
+    STATE_REUSE,
+)
 from specgate.stages.tokenizer import DECODE, ENCODE, SPLIT
 
 __all__ = ["CONFORMANCE_CLASSES", "CONSTRUCTS_SNAPSHOT", "STAGES", "Stage", "Verdict"]
@@ -26,7 +32,7 @@ __all__ = ["CONFORMANCE_CLASSES", "CONSTRUCTS_SNAPSHOT", "STAGES", "Stage", "Ver
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (METADATA, RENDER, TEMPLATE, SPLIT, ENCODE, DECODE, LOGITS, SAMPLE, GENERATE, TRACE,
-              STATE_INCREMENTAL, STATE_CONVERSATION, STATE_REUSE, STATE_GENERATE)
+              STATE_INCREMENTAL, STATE_CONVERSATION, STATE_REUSE, STATE_GENERATE, STATE_CHAT)
 }  # fmt: skip
 GATE_STAGES = tuple(STAGES)
 #: The stages judged in conformance classes, one matrix row per class.

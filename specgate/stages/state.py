@@ -17,7 +17,13 @@ prefill.
   the first was closed (warm: whatever cache the engine kept), and again after a
   truncate back to the prompt, are the same ids, and the session then holds the prompt
   and what was emitted; a greedy stream is held to the reference's by the generate
-  gate's near-tie rule of the class.
+  gate's near-tie rule of the class;
+* ``state_chat``: the conversations of ``state_conversation`` through an engine that
+  renders and caches itself (``conversation_*``, a chat server's form: the engine is sent
+  each turn's messages and answers the ids its cache holds and the last logits): the ids
+  must be the whole render's tokenization — a seam (the delta tokenized alone) or a drift
+  kept (stale KV with the new render's tokens after it) named when they are not — and the
+  logits a fresh prefill's of the whole render.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
@@ -33,7 +39,13 @@ from __future__ import annotations
 
 from impl.protocol import CONFORMANCE_CLASSES
 from specgate.stages.base import Stage
-from specgate.stages.state_cases import conversation_cases, generate_cases, incremental_cases, reuse_cases
+from specgate.stages.state_cases import (
+    chat_cases,
+    conversation_cases,
+    generate_cases,
+    incremental_cases,
+    reuse_cases,
+)
 
 STATE_INCREMENTAL = Stage(
     "state_incremental", capability="session", snapshot="state_incremental", classes=CONFORMANCE_CLASSES,
@@ -49,4 +61,7 @@ STATE_REUSE = Stage(
 STATE_GENERATE = Stage(
     "state_generate", capability="session", snapshot="state_generate", classes=CONFORMANCE_CLASSES,
     build=generate_cases,
+)  # fmt: skip
+STATE_CHAT = Stage(
+    "state_chat", capability="conversation", snapshot="state_chat", classes=CONFORMANCE_CLASSES, build=chat_cases,
 )  # fmt: skip

@@ -1,7 +1,7 @@
 """How the state stages' cases are built (``Stage.build``) and recorded.
 
 Cases are data: per model a ``state_incremental``, a ``state_conversation``, a
-``state_reuse`` and a ``state_generate`` snapshot, built from the corpus and the model's tokenizer and template,
+``state_reuse``, a ``state_generate`` and a ``state_chat`` snapshot, built from the corpus and the model's tokenizer and template,
 each case carrying its ids beside the reference logits at the last position.
 
 * ``incremental_cases``: per prompt (the forward corpus' ``prompts``, tokenized with
@@ -19,6 +19,10 @@ each case carrying its ids beside the reference logits at the last position.
   to the shared prefix) the steps on two sessions and the one-shot reference of every
   judged point. An engine may reuse the KV of the shared prefix (a prefix cache, a
   forked sequence) or not; it must never read a token of the other session past it.
+* ``chat_cases``: the conversations again, for an engine that renders and caches itself
+  (``conversation_turn``): per turn the messages sent, the whole render's ids, the drift
+  or seam the dry run names (at a seam, the past's ids followed by the delta tokenized
+  alone), and the one-shot reference of the whole render.
 * ``generate_cases``: per conversation's first render (``GENERATE_PROMPTS`` of them) and
   sampler (``GENERATE_PARAMS``: greedy, seeded), the prompt, the params and the oracle's
   stream (ids, finish reason, top-2 margins: the near-tie rule of the generate gate).
@@ -302,6 +306,40 @@ def conversation_cases(
     return cases
 
 
+def chat_cases(
+    conversations: Mapping[str, Mapping[str, Any]],
+    play: Callable[[Mapping[str, Any]], Sequence[Any]],
+    tokenize: Callable[[str], list[int]],
+    one_shot: OneShot,
+) -> dict[str, Any]:
+    """Per conversation, for an engine that renders and caches itself (``conversation_turn``):
+    the template's keywords, and per turn what the client sends (``append``, ``system``,
+    ``kwargs``: the corpus turn), the whole render's ids, what the oracle's dry run names
+    (the drift, the stale KV; at a seam the ids of the past render followed by the delta
+    tokenized alone: ``seam.alone``), and the one-shot reference at its last position."""
+    cases = {}
+    for conversation_id, conversation in conversations.items():
+        played = play(conversation)
+        turns = []
+        for source, t, instructions in zip(
+            conversation["turns"], played, conversation_turns(played), strict=True
+        ):
+            turn: dict[str, Any] = {"append": [dict(m) for m in source.get("append", ())]}
+            turn.update({k: source[k] for k in ("system", "kwargs") if k in source})
+            turn["ids"] = instructions["ids"]
+            turn.update({k: instructions[k] for k in ("drift", "stale") if k in instructions})
+            if t.increment.seam is not None:
+                inc = t.increment
+                alone = tokenize(inc.past) + tokenize(inc.new[len(inc.past) :])
+                turn["seam"] = {"token": inc.seam.token, "alone": alone}
+            turn["reference"] = reference_record(one_shot(turn["ids"]))
+            turns.append(turn)
+        cases[conversation_id] = {
+            "shape": conversation.get("shape", ""), "kwargs": dict(conversation.get("kwargs", {})), "turns": turns,
+        }  # fmt: skip
+    return cases
+
+
 # ---------------------------------------------------------------------------
 # recording (the oracle's one-shot prefill, held to the logits snapshot first)
 
@@ -366,12 +404,21 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
     return verdict
 
 
-def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references: bool = True) -> list[Path]:
-    """Build and write the four state snapshots of ``model_id`` from the oracle's one-shot
-    prefill (``state_generate``: its decode loop); in the incremental and conversation ones
-    each judged point with transformers' and llama.cpp's own played and one-shot rows beside
-    it (``state_references.add``; ``with_references=False``: the oracle's alone, no torch or
-    llama.cpp)."""
+#: The state snapshots ``record`` writes.
+RECORDED = ("state_generate", "state_incremental", "state_conversation", "state_reuse", "state_chat")
+
+
+def record(
+    model_id: str,
+    root: Path = snapshots.SNAPSHOT_ROOT,
+    with_references: bool = True,
+    only: Sequence[str] = RECORDED,
+) -> list[Path]:
+    """Build and write the state snapshots of ``model_id`` (``only`` these) from the oracle's
+    one-shot prefill (``state_generate``: its decode loop); in the incremental and
+    conversation ones each judged point with transformers' and llama.cpp's own played and
+    one-shot rows beside it (``state_references.add``; ``with_references=False``: the
+    oracle's alone, no torch or llama.cpp)."""
     from specgate.stages import state_references
     from specgate.supply.models import model_ref
     from specgate.upkeep import drift_table
@@ -395,13 +442,16 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references:
     renders = {f"{c}/{k}": list(t.increment.ids) for c, conversation in conversations.items()
                for k, t in enumerate(play(conversation), 1)}  # fmt: skip
     first_renders = {c: renders[f"{c}/1"] for c in list(conversations)[:GENERATE_PROMPTS]}
-    built = {
-        "state_generate": generate_cases(first_renders, oracle_generate(model)),
-        "state_incremental": incremental_cases(prompts, one_shot),
-        "state_conversation": conversation_cases(conversations, play, one_shot),
-        "state_reuse": reuse_cases(renders, one_shot),
+    builders: dict[str, Callable[[], dict[str, Any]]] = {
+        "state_generate": lambda: generate_cases(first_renders, oracle_generate(model)),
+        "state_incremental": lambda: incremental_cases(prompts, one_shot),
+        "state_conversation": lambda: conversation_cases(conversations, play, one_shot),
+        "state_reuse": lambda: reuse_cases(renders, one_shot),
+        "state_chat": lambda: chat_cases(conversations, play, tokenize, one_shot),
     }
-    referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED}
+    built = {stage: build() for stage, build in builders.items() if stage in only}
+    referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED if stage in built}
+    with_references = with_references and bool(referenced)
     played = state_references.add(model, referenced, one_shot) if with_references else {}
     paths = []
     for stage, cases in built.items():
@@ -409,16 +459,24 @@ def record(model_id: str, root: Path = snapshots.SNAPSHOT_ROOT, with_references:
         libraries = played if stage in LIBRARY_REFERENCED else {}
         packages = ("numpy", "gguf", "jinja2", *(state_references.PACKAGES if libraries else ()))
         provenance = snapshots.provenance(model, {"oracle": what, **libraries}, packages)
-        provenance["command"] = f"python -m specgate.stages.state_cases {model_id}"
+        chosen = "" if set(only) == set(RECORDED) else f"--only {','.join(only)} "
+        provenance["command"] = f"python -m specgate.stages.state_cases {chosen}{model_id}"
         provenance["oracle_vs_logits_snapshot"] = checked
         paths.append(snapshots.write(model, stage, {"provenance": provenance, "cases": cases}, root))
     return paths
 
 
 def main(argv: list[str]) -> int:
-    """``python -m specgate.stages.state_cases [MODEL ...]``: record the state snapshots."""
+    """``python -m specgate.stages.state_cases [--only STAGE[,STAGE]] [MODEL ...]``: record the
+    state snapshots (``--only``: those stages' alone; ``state_chat`` needs neither torch nor
+    llama.cpp)."""
+    only: Sequence[str] = RECORDED
+    if argv[:1] == ["--only"] and len(argv) > 1:
+        only, argv = argv[1].split(","), argv[2:]
+        if unknown := [s for s in only if s not in RECORDED]:
+            raise SystemExit(f"--only: no state stage {', '.join(unknown)}; known: {', '.join(RECORDED)}")
     for model_id in argv or MODELS:
-        for path in record(model_id):
+        for path in record(model_id, only=only):
             print(path)
     return 0
 
