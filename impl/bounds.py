@@ -53,6 +53,9 @@ class Bounds:
     # No model a user gates has a larger vocabulary (Qwen: 151,936; the largest
     # published vocabularies are ~262,144): the fallback when the GGUF cannot be read.
     max_n_vocab: int = 1 << 20
+    # The most ids a ``conversation_turn`` answer names (the whole prompt the cache holds):
+    # a context far past any model the state stages play (Qwen's 32k to 128k).
+    max_conversation_ids: int = 1 << 18
     # A render answer longer than this multiple of the reference's prompt (plus
     # ``render_slack_chars``) is not a divergence to diff but an oversize answer.
     render_factor: int = 4
@@ -178,6 +181,8 @@ def answer_line_bytes(op: str, fields: dict[str, Any], n_vocab: int | None) -> i
         return vocab * 6 + slack
     if op == "batch_logits":  # one row per prompt
         return max(len(fields.get("prompts", ())), 1) * vocab * 6 + slack
+    if op == "conversation_turn":  # one row of logits, and the ids the cache holds (at most the context)
+        return vocab * 6 + b.max_conversation_ids * b.json_number_bytes + slack
     if op == "trace":
         # Each point asked, its rows as wide as the model says (unreadable: the vocabulary,
         # result_output's width, the widest), as float32 in base64 (6 bytes a value at most).
@@ -213,6 +218,8 @@ def answer_items(op: str, fields: dict[str, Any], n_vocab: int | None) -> int:
         return 16 + slack
     if op == "batch_logits":
         return 8 * max(len(fields.get("prompts", ())), 1) + slack
+    if op == "conversation_turn":
+        return b.max_conversation_ids + 16 + slack
     if op == "trace":
         return 8 * len(fields.get("points", ())) + slack
     if op == "sample":

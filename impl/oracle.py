@@ -184,6 +184,7 @@ class OracleEngine(Engine):
 
     def __init__(self) -> None:
         self._sessions: dict[str, Any] = {}  # id -> oracle.session.Session
+        self._conversations: dict[str, Any] = {}  # id -> oracle.conversation.Conversation (over a session)
         self._opened = 0
 
     def version(self) -> str:
@@ -345,3 +346,56 @@ class OracleEngine(Engine):
     def session_close(self, session: str) -> None:
         self._session(session)
         del self._sessions[session]
+
+    # --- conversations (the state_chat stage) --------------------------------------------
+    def conversation_open(self, model: ModelRef, kwargs: dict[str, Any] | None = None) -> str:
+        """A new conversation over ``model`` (``oracle.conversation.Conversation``, not a dry
+        run): its own session, the model's template and tokenizer (special tokens parsed)."""
+        from oracle.conversation import Conversation
+        from oracle.session import Session
+
+        if len(self._sessions) + len(self._conversations) >= MAX_SESSIONS:
+            raise ValueError(
+                f"{len(self._sessions) + len(self._conversations)} sessions and conversations are open, the "
+                f"most the oracle keeps: close one"
+            )
+        tokenizer = self._tokenizer(model)
+        self._opened += 1
+        cid = f"c{self._opened}"
+        self._conversations[cid] = Conversation(
+            Session(_SessionModel(model.gguf)),  # type: ignore[arg-type]
+            self._chat_template(model),
+            lambda text: tokenizer.encode(text, True),
+            **(kwargs or {}),
+        )
+        return cid
+
+    def _conversation(self, conversation: str) -> Any:
+        try:
+            return self._conversations[conversation]
+        except KeyError:
+            raise ValueError(f"no open conversation {conversation!r}") from None
+
+    def _turn(
+        self, conversation: Any, messages: Messages, system: str | None, kwargs: dict[str, Any]
+    ) -> None:
+        """The turn played on the conversation's session: the right way (``Conversation.turn``:
+        the whole render tokenized, the cache synced to it)."""
+        conversation.turn(messages, system, **kwargs)
+
+    def conversation_turn(
+        self,
+        conversation: str,
+        messages: Messages,
+        system: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``messages`` appended (``system``, ``kwargs`` as ``Conversation.turn``'s), the cache
+        brought to the whole render: the ids it holds and its last logits."""
+        held = self._conversation(conversation)
+        self._turn(held, messages, system, dict(kwargs or {}))
+        return {"ids": list(held.session.ids), "logits": held.session.last_logits()}
+
+    def conversation_close(self, conversation: str) -> None:
+        self._conversation(conversation)
+        del self._conversations[conversation]

@@ -127,12 +127,21 @@ class Engine:
     session_truncate(session, n) -> int
         keep the first ``n`` tokens, drop the KV of the rest: ``n``.
     session_close(session) -> None
+    conversation_open(model, kwargs) -> str
+        a new conversation (no messages; the template's extra variables ``kwargs``) over a
+        cache the engine manages itself: its id.
+    conversation_turn(conversation, messages, system, kwargs) -> {"ids": list[int], "logits": numpy array [n_vocab]}
+        ``messages`` appended (the system prompt replaced when ``system`` is a string, the
+        template's variables updated by ``kwargs``), the whole conversation rendered with
+        the model's own template asking for the answer, the cache brought to hold it: the
+        ids it holds and the logits at the last (``oracle.conversation.Conversation.turn``).
+    conversation_close(conversation) -> None
     batch_logits(model, prompts) -> numpy array [len(prompts), n_vocab] of float32
         the prompts evaluated together, each from an empty cache: each one's last
         position's logits, in the order asked (an optional capability, ``batch``).
 
-    The session ops are the one state an engine keeps between requests (the ``state_*``
-    stages gate it); unlike the others they raise ``Unsupported`` when not overridden.
+    The session and conversation ops are the one state an engine keeps between requests
+    (the ``state_*`` stages gate it); unlike the others they raise ``Unsupported`` when not overridden.
     """
 
     name: ClassVar[str] = "engine"
@@ -236,6 +245,21 @@ class Engine:
 
     def session_close(self, session: str) -> None:
         raise Unsupported(f"{self.name} does not offer sessions")
+
+    def conversation_open(self, model: ModelRef, kwargs: dict[str, Any] | None = None) -> str:
+        raise Unsupported(f"{self.name} does not offer conversations")
+
+    def conversation_turn(
+        self,
+        conversation: str,
+        messages: Sequence[dict[str, Any]],
+        system: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        raise Unsupported(f"{self.name} does not offer conversations")
+
+    def conversation_close(self, conversation: str) -> None:
+        raise Unsupported(f"{self.name} does not offer conversations")
 
     def batch_logits(self, model: ModelRef, prompts: Sequence[Sequence[int]]) -> Any:
         raise Unsupported(f"{self.name} does not evaluate batches")

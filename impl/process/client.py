@@ -296,13 +296,14 @@ class CmdEngine(_Requesting):
         fields = wire.request_fields(spec, args)
         choices = {"top_k": self.logits_top_k}
         fields.update({name: choices[name] for name in spec.transport})
-        if "session" in args:  # the model a session was opened on sizes its answers
-            args = {**args, "model": self._session_models.get(str(args["session"]))}
+        held = "session" if "session" in args else "conversation" if "conversation" in args else None
+        if held is not None:  # the model a session (a conversation) was opened on sizes its answers
+            args = {**args, "model": self._session_models.get(f"{held}:{args[held]}")}
         result = self.exchange(op, fields)
-        if op == "session_open" and isinstance(result, str):
-            self._session_models[result] = args["model"]
-        elif op == "session_close":
-            self._session_models.pop(str(args["session"]), None)
+        if op in ("session_open", "conversation_open") and isinstance(result, str):
+            self._session_models[f"{op.split('_')[0]}:{result}"] = args["model"]
+        elif held is not None and op.endswith("_close"):
+            self._session_models.pop(f"{held}:{args[held]}", None)
         check = _RESULT_CHECKS.get(op)
         if check is None:
             return result
@@ -538,14 +539,26 @@ def _session_append_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
         logits = wire.expand_top_k(logits["top_k"], n_vocab)
     if isinstance(logits, NamedLogprobs):
         raise EngineError(
-            f"session_append: logits name only some candidates ({logits.unnamed}); a session's must name all"
+            f"{'conversation_turn' if 'conversation' in args else 'session_append'}: logits name only some candidates ({logits.unnamed}); a session's must name all"
         )
     return {"n_past": int(result["n_past"]), "logits": bounds.check_logit_rows(logits, 1, n_vocab)[0]}
+
+
+def _conversation_turn_answer(result: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """The ids the cache holds (within the conversation's model's vocabulary) and the last
+    position's logits as one row ``[n_vocab]``, checked as ``session_append``'s."""
+    model = args.get("model")
+    n_vocab = bounds.model_n_vocab(model.gguf) if model is not None else None
+    ids = [int(i) for i in result["ids"]]
+    bounds.check_ids(ids, n_vocab, "ids")
+    row = _session_append_answer({"n_past": len(ids), "logits": result["logits"]}, args)["logits"]
+    return {"ids": ids, "logits": row}
 
 
 _RESULT_CHECKS: dict[str, Callable[[Any, dict[str, Any]], Any]] = {
     "logits": _logits_answer,
     "batch_logits": _batch_logits_answer,
     "session_append": _session_append_answer,
+    "conversation_turn": _conversation_turn_answer,
     "trace": _trace_answer,
 }

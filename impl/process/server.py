@@ -66,9 +66,13 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         return _error(rid, "engine", f"{type(exc).__name__}: {exc}")
     if op == "trace" and isinstance(result, dict):  # float32 arrays, whatever the adapter computed in
         result = {"points": {k: np.asarray(v, dtype=np.float32) for k, v in result.items()}}
-    top_k = request.get("top_k") if op in ("logits", "session_append", "batch_logits") else None
-    if op == "session_append" and isinstance(result, dict) and "logits" in result:
-        try:  # the last position's row, as a one-row logits result (PROTOCOL.md 4.7)
+    top_k = (
+        request.get("top_k")
+        if op in ("logits", "session_append", "conversation_turn", "batch_logits")
+        else None
+    )
+    if op in ("session_append", "conversation_turn") and isinstance(result, dict) and "logits" in result:
+        try:  # the last position's row, as a one-row logits result (PROTOCOL.md 4.7, 4.8)
             row = np.asarray(result["logits"], dtype=np.float32)
         except (TypeError, ValueError) as exc:
             return _error(rid, "engine", f"{engine.name} answered logits that are no numeric array: {exc}")

@@ -10,6 +10,10 @@ metrics, on the one judged position).
   must then hold the whole render, and its logits are judged per turn.
 * ``play_batch``: the case's prompts in one ``batch_logits`` request; each row is judged
   against that prompt's one-shot prefill alone.
+* ``play_chat``: a new conversation (``conversation_*``: the engine renders and caches
+  itself), per turn the messages sent; the ids its cache then holds must be the whole
+  render's tokenization (``held_ids`` names a seam or a drift kept), its logits are
+  judged per turn.
 * ``play_reuse``: the case's steps on two sessions (open, append a span of the session's
   ids, close); after each append the session must hold the span's end, and at each
   judged point its logits are judged against a fresh prefill of what it holds.
@@ -52,6 +56,7 @@ class Played:
 
     rows: list[np.ndarray | NamedLogprobs] = field(default_factory=list)
     held: list[str | None] = field(default_factory=list)
+    ids: list[list[int]] = field(default_factory=list)  # per turn, the ids a chat engine's cache holds
 
 
 def _append(engine: Any, session: str, ids: list[int]) -> tuple[int, np.ndarray | NamedLogprobs]:
@@ -401,6 +406,86 @@ def judge_conversation(
                 f"turn {number} (appending tokens {turn['keep']}..{len(turn['ids']) - 1}): {kl}: {failure}"
             )
         return message
+    return None
+
+
+def play_chat(engine: Any, model: Any, case: dict[str, Any]) -> Played:
+    """Each turn of ``case["turns"]`` sent to one new conversation (``conversation_turn``: its
+    messages, system prompt and keywords): per turn the ids the engine's cache holds and the
+    last row."""
+    played = Played()
+    conversation = str(
+        call(engine, "conversation", model, dict(case.get("kwargs", {})), method="conversation_open")
+    )
+    try:
+        for t in case["turns"]:
+            answer = call(engine, "conversation", conversation, t["append"], t.get("system"), dict(t.get("kwargs", {})),
+                          method="conversation_turn")  # fmt: skip
+            got = answer["logits"]
+            row = got if isinstance(got, NamedLogprobs) else np.asarray(got, dtype=np.float32).reshape(-1)
+            played.ids.append([int(i) for i in answer["ids"]])
+            played.rows.append(row)
+            played.held.append(None)
+    finally:
+        with contextlib.suppress(Exception):  # the verdict is the answers'; a failing close is not judged
+            call(engine, "conversation", conversation, method="conversation_close")
+    return played
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def held_ids(turn: dict[str, Any], past: list[int], got: list[int]) -> str | None:
+    """Why a chat engine's cache holds ``got`` and not the whole render's ids after
+    ``turn`` (``past``: the whole render's ids of the turn before), or None when it holds
+    them: a seam — the past render's ids followed by the delta tokenized alone (the
+    token, both tokenizations); a drift kept — the past render's ids, stale, followed by
+    the new render's past them (the offset and both texts); else the first difference."""
+    ids = turn["ids"]
+    if got == ids:
+        return None
+    seam = turn.get("seam")
+    if seam is not None and got == seam["alone"]:
+        at = seam["token"]
+        return (
+            f"the engine's cache holds the past render's tokens followed by the delta tokenized alone: a seam at "
+            f"token {at}, {seam['alone'][at : at + 4]} where the whole render tokenized gives {ids[at : at + 4]} "
+            f"(the same text, other tokens)"
+        )
+    if turn.get("stale") and len(past) < len(ids) and got == past + ids[len(past) :]:
+        return (
+            f"the engine kept {dropped(turn)} — a template drift — and appended the new render's tokens after "
+            f"them (its cache holds {len(got)} ids, the first {_first_difference(got, ids)} of the whole render's)"
+        )
+    at = _first_difference(got, ids)
+    return (
+        f"the engine's cache holds {len(got)} ids, the whole render tokenized {len(ids)}; they first differ at index "
+        f"{at}: engine {got[at : at + 4]} vs render {ids[at : at + 4]}"
+    )
+
+
+def judge_chat(conformance_class: str, model_id: str, case: dict[str, Any], played: Played) -> str | None:
+    """The first turn whose ids or logits are wrong, named: the ids' cause (``held_ids``:
+    a seam, a drift kept, or where they differ) and the logits' distance from a fresh
+    prefill of the whole render."""
+    past: list[int] = []
+    for number, (turn, row, got) in enumerate(zip(case["turns"], played.rows, played.ids, strict=True), 1):
+        held = held_ids(turn, past, got)
+        past = turn["ids"]
+        failure, cmp = judge_row(conformance_class, model_id, turn["ids"], turn["reference"], row)
+        if held is None and failure is None:
+            continue
+        kl = (
+            f"a fresh prefill of the whole render differs by KL {cmp.kl_mean:.3g}"
+            if cmp is not None
+            else failure
+        )
+        if held is not None:
+            return f"turn {number}: {held}; {kl}" + (
+                f" ({failure})" if failure else ", the logits within the class"
+            )
+        return f"turn {number}: the ids are the whole render's, but {kl}: {failure}"
     return None
 
 

@@ -9,8 +9,13 @@ to the prefix) must give at every judged point a fresh prefill's logits of what 
 session holds; ``state_generate``: a prompt's generation from a session must be the
 same cold, warm (a second session after the first was closed) and again (after a
 truncate back to the prompt), the session holding what was emitted, and a greedy
-stream the reference's. All are judged in the logits stage's
-classes (``exact``, ``quantized``); an engine without the ``session`` capability is n/a.
+stream the reference's; ``state_chat``: the same conversations through an engine that
+renders and caches itself (capability ``conversation``: each turn's messages sent, the
+ids its cache holds answered) must hold after every turn the whole render's
+tokenization — a seam or a drift kept named when not — and give a fresh prefill's logits
+of it. All are judged in the logits stage's
+classes (``exact``, ``quantized``); an engine without the ``session`` (``conversation``)
+capability is n/a.
 The playing and the comparison are in ``specgate.checks.state``; each case is played
 once, whichever classes read it. The class's metrics at their worst over the case's judged
 points are reported beside the verdict. A row of named log-probabilities (an engine naming
@@ -94,6 +99,23 @@ def test_state_batch(engine, specgate, model, model_id, case_id, case, conforman
     )
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
     failure = checks.judge_batch(conformance_class, model_id, case, played)
+    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)
+
+
+@pytest.mark.gate("state_chat")
+def test_state_chat(engine, specgate, model, model_id, case_id, case, conformance_class, request):
+    label = (
+        f"[state_chat/{conformance_class}] model {model_id}, conversation {case_id} "
+        f"({len(case['turns'])} turns, {case['shape']})"
+    )
+    claims(engine, "conversation", conformance_class)
+    played = specgate.answers.get(
+        ("state_chat", model.id, case_id), lambda: checks.play_chat(engine, model, case)
+    )
+    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
+    failure = checks.judge_chat(conformance_class, model_id, case, played)
     if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
         refused(f"{label}: {reason}")
     fail_if(failure, label)

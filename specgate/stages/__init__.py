@@ -19,6 +19,7 @@ from specgate.stages.metadata import METADATA
 from specgate.stages.render import CONSTRUCTS_SNAPSHOT, RENDER, TEMPLATE
 from specgate.stages.state import (
     STATE_BATCH,
+    STATE_CHAT,
     STATE_CONVERSATION,
     STATE_GENERATE,
     STATE_INCREMENTAL,
@@ -32,7 +33,7 @@ __all__ = ["CONFORMANCE_CLASSES", "CONSTRUCTS_SNAPSHOT", "STAGES", "Stage", "Ver
 STAGES: dict[str, Stage] = {
     s.name: s
     for s in (METADATA, RENDER, TEMPLATE, SPLIT, ENCODE, DECODE, LOGITS, SAMPLE, GENERATE, TRACE,
-              STATE_INCREMENTAL, STATE_CONVERSATION, STATE_REUSE, STATE_GENERATE, STATE_BATCH)
+              STATE_INCREMENTAL, STATE_CONVERSATION, STATE_REUSE, STATE_GENERATE, STATE_CHAT, STATE_BATCH)
 }  # fmt: skip
 GATE_STAGES = tuple(STAGES)
 #: The stages judged in conformance classes, one matrix row per class.

@@ -21,6 +21,12 @@ prefill.
 * ``state_batch`` (the optional capability ``batch``): prompts of different lengths
   evaluated together (``batch_logits``) give each prompt's alone logits at its last
   position, in the order asked.
+* ``state_chat``: the conversations of ``state_conversation`` through an engine that
+  renders and caches itself (``conversation_*``, a chat server's form: the engine is sent
+  each turn's messages and answers the ids its cache holds and the last logits): the ids
+  must be the whole render's tokenization — a seam (the delta tokenized alone) or a drift
+  kept (stale KV with the new render's tokens after it) named when they are not — and the
+  logits a fresh prefill's of the whole render.
 
 The comparison and the playing of a case are ``specgate.checks.state``; the cases are
 built by ``specgate.stages.state_cases`` (recorded from the oracle's one-shot prefill,
@@ -43,6 +49,7 @@ from impl.protocol import CONFORMANCE_CLASSES
 from specgate.stages.base import Stage, Verdict
 from specgate.stages.state_cases import (
     batch_cases,
+    chat_cases,
     conversation_cases,
     generate_cases,
     incremental_cases,
@@ -99,4 +106,7 @@ STATE_GENERATE = Stage(
 )  # fmt: skip
 STATE_BATCH = Stage(
     "state_batch", capability="batch", snapshot="state_batch", classes=CONFORMANCE_CLASSES, build=batch_cases,
+)  # fmt: skip
+STATE_CHAT = Stage(
+    "state_chat", capability="conversation", snapshot="state_chat", classes=CONFORMANCE_CLASSES, build=chat_cases,
 )  # fmt: skip

@@ -1,7 +1,8 @@
 """How the state stages' cases are built (``Stage.build``) and recorded.
 
 Cases are data: per model a ``state_incremental``, a ``state_conversation``, a
-``state_reuse``, a ``state_generate`` and a ``state_batch`` snapshot, built from the corpus and the model's tokenizer and template,
+``state_reuse``, a ``state_generate``, a ``state_batch`` and a
+``state_chat`` snapshot, built from the corpus and the model's tokenizer and template,
 each case carrying its ids beside the reference logits at the last position.
 
 * ``incremental_cases``: per prompt (the forward corpus' ``prompts``, tokenized with
@@ -22,6 +23,10 @@ each case carrying its ids beside the reference logits at the last position.
 * ``batch_cases``: batches of the corpus prompts and the first renders, of different
   lengths (in order, reversed, with a one-token prompt, with a prompt twice), each
   prompt with the one-shot reference of it alone.
+* ``chat_cases``: the conversations again, for an engine that renders and caches itself
+  (``conversation_turn``): per turn the messages sent, the whole render's ids, the drift
+  or seam the dry run names (at a seam, the past's ids followed by the delta tokenized
+  alone), and the one-shot reference of the whole render.
 * ``generate_cases``: per conversation's first render (``GENERATE_PROMPTS`` of them) and
   sampler (``GENERATE_PARAMS``: greedy, seeded), the prompt, the params and the oracle's
   stream (ids, finish reason, top-2 margins: the near-tie rule of the generate gate).
@@ -328,6 +333,40 @@ def conversation_cases(
     return cases
 
 
+def chat_cases(
+    conversations: Mapping[str, Mapping[str, Any]],
+    play: Callable[[Mapping[str, Any]], Sequence[Any]],
+    tokenize: Callable[[str], list[int]],
+    one_shot: OneShot,
+) -> dict[str, Any]:
+    """Per conversation, for an engine that renders and caches itself (``conversation_turn``):
+    the template's keywords, and per turn what the client sends (``append``, ``system``,
+    ``kwargs``: the corpus turn), the whole render's ids, what the oracle's dry run names
+    (the drift, the stale KV; at a seam the ids of the past render followed by the delta
+    tokenized alone: ``seam.alone``), and the one-shot reference at its last position."""
+    cases = {}
+    for conversation_id, conversation in conversations.items():
+        played = play(conversation)
+        turns = []
+        for source, t, instructions in zip(
+            conversation["turns"], played, conversation_turns(played), strict=True
+        ):
+            turn: dict[str, Any] = {"append": [dict(m) for m in source.get("append", ())]}
+            turn.update({k: source[k] for k in ("system", "kwargs") if k in source})
+            turn["ids"] = instructions["ids"]
+            turn.update({k: instructions[k] for k in ("drift", "stale") if k in instructions})
+            if t.increment.seam is not None:
+                inc = t.increment
+                alone = tokenize(inc.past) + tokenize(inc.new[len(inc.past) :])
+                turn["seam"] = {"token": inc.seam.token, "alone": alone}
+            turn["reference"] = reference_record(one_shot(turn["ids"]))
+            turns.append(turn)
+        cases[conversation_id] = {
+            "shape": conversation.get("shape", ""), "kwargs": dict(conversation.get("kwargs", {})), "turns": turns,
+        }  # fmt: skip
+    return cases
+
+
 # ---------------------------------------------------------------------------
 # recording (the oracle's one-shot prefill, held to the logits snapshot first)
 
@@ -398,7 +437,7 @@ def record(
     with_references: bool = True,
     stages: Sequence[str] | None = None,
 ) -> list[Path]:
-    """Build and write the five state snapshots of ``model_id`` from the oracle's one-shot
+    """Build and write the six state snapshots of ``model_id`` from the oracle's one-shot
     prefill (``state_generate``: its decode loop); in the incremental and conversation ones
     each judged point with transformers' and llama.cpp's own played and one-shot rows beside
     it (``state_references.add``; ``with_references=False``: the oracle's alone, no torch or
@@ -433,6 +472,7 @@ def record(
         "state_conversation": lambda: conversation_cases(conversations, play, one_shot),
         "state_reuse": lambda: reuse_cases(renders, one_shot),
         "state_batch": lambda: batch_cases(batched, one_shot),
+        "state_chat": lambda: chat_cases(conversations, play, tokenize, one_shot),
     }
     unknown = sorted(set(stages or ()) - set(builders))
     if unknown:
@@ -441,14 +481,15 @@ def record(
         )
     built = {stage: build() for stage, build in builders.items() if stages is None or stage in stages}
     referenced = {stage: built[stage] for stage in LIBRARY_REFERENCED if stage in built}
-    played = state_references.add(model, referenced, one_shot) if with_references else {}
+    played = state_references.add(model, referenced, one_shot) if with_references and referenced else {}
     paths = []
     for stage, cases in built.items():
         what = GENERATE_REFERENCE if stage == "state_generate" else REFERENCE
         libraries = played if stage in LIBRARY_REFERENCED else {}
         packages = ("numpy", "gguf", "jinja2", *(state_references.PACKAGES if libraries else ()))
         provenance = snapshots.provenance(model, {"oracle": what, **libraries}, packages)
-        provenance["command"] = f"python -m specgate.stages.state_cases {model_id}"
+        chosen = "" if stages is None else f"--only {','.join(stages)} "
+        provenance["command"] = f"python -m specgate.stages.state_cases {chosen}{model_id}"
         provenance["oracle_vs_logits_snapshot"] = checked
         paths.append(snapshots.write(model, stage, {"provenance": provenance, "cases": cases}, root))
     return paths

@@ -153,6 +153,29 @@ class ToyEngine(Engine):
     def session_close(self, session: str) -> None:
         del self.sessions[session]
 
+    def conversation_open(self, model: ModelRef, kwargs: dict[str, Any] | None = None) -> str:
+        """Conversations whose cache holds one id per message (its content's length)."""
+        self.conversations = getattr(self, "conversations", {})
+        cid = f"chat{len(self.conversations)}"
+        self.conversations[cid] = []
+        return cid
+
+    def conversation_turn(
+        self,
+        conversation: str,
+        messages: Sequence[dict[str, Any]],
+        system: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        held = self.conversations[conversation]
+        held += [len(str(m.get("content", ""))) for m in messages] or [0]
+        row = np.zeros(8, dtype=np.float32)
+        row[:2] = len(held), held[-1]
+        return {"ids": list(held), "logits": row}
+
+    def conversation_close(self, conversation: str) -> None:
+        del self.conversations[conversation]
+
 
 class ToyWithoutRenderTemplate(ToyEngine):
     """Renders its models' own templates only (no ``render_template``)."""

@@ -350,6 +350,24 @@ def test_session_ops_travel_the_wire_with_the_session_s_model_sizing_the_answer(
                 engine.session_append(engine.session_open(MODEL), [5])
 
 
+def test_conversation_ops_travel_the_wire_the_ids_and_one_row_back(toy) -> None:
+    """conversation_open's id comes back; conversation_turn sends its messages, system and
+    keywords, and its ids and one row of logits arrive (full or top-k form)."""
+    for top_k in (0, 4):
+        engine = toy()
+        engine.logits_top_k = top_k
+        assert (
+            "conversation" in engine.capabilities and {"conversation_open", "conversation_turn"} <= engine.ops
+        )
+        cid = engine.conversation_open(MODEL, {"enable_thinking": False})
+        answer = engine.conversation_turn(cid, [{"role": "user", "content": "hello"}])
+        assert answer["ids"] == [5] and answer["logits"].shape == (8,) and answer["logits"][0] == 1.0
+        answer = engine.conversation_turn(cid, [{"role": "assistant", "content": "hi"}], "sys", {"x": 1})
+        assert answer["ids"] == [5, 2] and answer["logits"][1] == 2.0
+        assert engine.conversation_close(cid) is None
+        assert engine.starts == 1
+
+
 #: An engine whose logits name two candidates at the last position only (the top-k form with
 #: ``unnamed``, PROTOCOL.md 4.3, as the mistral.rs adapter answers); one row too many when
 #: the prompt starts with 9.

@@ -92,6 +92,24 @@ def test_the_cases_ids_and_turns_are_the_corpus_through_the_model_s_tokenizer_an
     assert {k: (c["labels"], c["prompts"]) for k, c in stored_batches.items()} == {
         k: (c["labels"], c["prompts"]) for k, c in built_batches.items()
     }, model_id
+    # state_chat: the same conversations as messages, ids and references; a seam's ids alone
+    chat = snapshots.load(model, "state_chat")
+    built = state_cases.chat_cases(
+        {c: corpus.multi_turn_conversations()[c] for c in state_cases.CONVERSATIONS[kind]},
+        lambda c: drift_table.play(template, tokenize, dict(c)), tokenize, lambda ids: np.zeros(4, np.float32),
+    )  # fmt: skip
+
+    def without_references(cases: dict) -> dict:
+        return {
+            k: [{f: v for f, v in t.items() if f != "reference"} for t in c["turns"]]
+            for k, c in cases.items()
+        }
+
+    assert without_references(chat) == without_references(built), model_id
+    for conversation_id, case in chat.items():
+        assert [t["reference"] for t in case["turns"]] == [
+            t["reference"] for t in conversations[conversation_id]["turns"]
+        ], f"{model_id}/{conversation_id}"
     # every conversation played drops stale KV somewhere but the plain one
     drops = {c: any(t["drop"] for t in case["turns"]) for c, case in conversations.items()}
     assert drops == {c: c != "01_plain_chat" for c in conversations}

@@ -37,6 +37,14 @@ each on the right stage (``tests/engines/test_state_mutants.py``):
 * ``batch_sorted``         ``batch_logits`` sorts the prompts by length to batch them and
                            answers the rows in that order, not the order asked
                            (``state_batch``: the batches not already sorted)
+* ``seam_delta``            a chat engine (``conversation_turn``) that tokenizes each turn's
+                           delta alone and appends it after the cached tokens: at a seam
+                           ("\\n" + "\\n" where the whole render has "\\n\\n") its cache
+                           holds other tokens than the whole render's (``state_chat``: the
+                           seam conversations); a drift it handles right
+* ``drift_appended``       a chat engine that never drops KV on a template drift: it keeps
+                           what it holds and appends the new render's tokens past them
+                           (``state_chat``: the drift conversations); a seam it handles right
 * ``noisy_append``         a look-alike of no state bug: an append after cached tokens answers
                            its logits plus seeded noise (σ 0.01: beyond the exact tolerance,
                            within the quantized class) — it fails where the position bug does,
@@ -163,6 +171,36 @@ class BatchSorted(OracleEngine):
         return super().batch_logits(model, [prompts[k] for k in order])  # the defect: rows in that order
 
 
+class SeamDelta(OracleEngine):
+    def _turn(self, conversation: Any, messages: Any, system: Any, kwargs: dict[str, Any]) -> None:
+        from oracle.conversation import increment, next_state
+
+        c, session = conversation, conversation.session
+        new, new_kwargs = next_state(c.messages, c.kwargs, messages, system, kwargs)
+        c.turns += 1
+        inc = increment(c.template, c.tokenize, c.messages, new, c.turns, c.kwargs, new_kwargs)
+        if inc.drift is None and session.ids and inc.delta:
+            session.append(c.tokenize(inc.delta))  # the defect: the delta tokenized alone
+        else:
+            session.sync(inc.ids)
+        c.messages, c.kwargs = new, new_kwargs
+
+
+class DriftAppended(OracleEngine):
+    def _turn(self, conversation: Any, messages: Any, system: Any, kwargs: dict[str, Any]) -> None:
+        from oracle.conversation import increment, next_state
+
+        c, session = conversation, conversation.session
+        new, new_kwargs = next_state(c.messages, c.kwargs, messages, system, kwargs)
+        c.turns += 1
+        inc = increment(c.template, c.tokenize, c.messages, new, c.turns, c.kwargs, new_kwargs)
+        if inc.drift is not None and 0 < len(session.ids) < len(inc.ids):
+            session.append(inc.ids[len(session.ids) :])  # the defect: the stale KV kept
+        else:
+            session.sync(inc.ids)
+        c.messages, c.kwargs = new, new_kwargs
+
+
 def position_off_by_one() -> None:
     from oracle import rope
 
@@ -206,6 +244,8 @@ PLANTS: dict[str, tuple[type[OracleEngine], Callable[[], None]]] = {
     "last_not_held": (LastNotHeld, lambda: None),
     "batch_padded": (BatchPadded, lambda: None),
     "batch_sorted": (BatchSorted, lambda: None),
+    "seam_delta": (SeamDelta, lambda: None),
+    "drift_appended": (DriftAppended, lambda: None),
 }
 
 
