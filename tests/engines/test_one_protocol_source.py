@@ -111,7 +111,7 @@ def test_the_handshake_schema_names_the_derived_capabilities_and_ops() -> None:
     assert hello["classes"]["items"]["enum"] == list(CONFORMANCE_CLASSES) == ["exact", "quantized"]
     assert wire.PROTOCOL == hello["protocol"]["const"] == "specgate-jsonl/1"
     assert CAPABILITIES == ("metadata", "render", "split", "encode", "decode", "logits", "sample", "generate",
-                            "trace", "session", "conversation")  # fmt: skip
+                            "trace", "session", "conversation", "batch")  # fmt: skip
 
 
 def test_an_op_added_to_the_schemas_reaches_the_table_the_wire_and_protocol_md(tmp_path: Path) -> None:

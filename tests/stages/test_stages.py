@@ -73,6 +73,8 @@ def test_the_rows_replayed_from_recorded_cases_are_the_ones_that_carry_an_input(
         "render",
         "logits/exact",
         "logits/quantized",
+        "state_incremental/exact",
+        "state_incremental/quantized",
     }
     assert set(stages.REPLAYABLE_FILES) == {
         *stages.REPLAYABLE, "sample", "generate/exact", "generate/quantized"
