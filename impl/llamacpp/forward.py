@@ -36,16 +36,19 @@ class Cached:
         self.reset()
 
     def reset(self) -> None:
-        self.truncate(0)
+        self._remove(0)
 
     def __len__(self) -> int:
         return int(self.llm.n_tokens)
 
     def truncate(self, n: int) -> None:
-        if n < self.llm.n_tokens or n == 0:
-            if not self.llm._ctx.kv_cache_seq_rm(-1, n, -1):
-                raise RuntimeError(f"llama.cpp refused to remove the KV from position {n} on")
-            self.llm.n_tokens = n
+        if n < self.llm.n_tokens:
+            self._remove(n)
+
+    def _remove(self, n: int) -> None:
+        if not self.llm._ctx.kv_cache_seq_rm(-1, n, -1):
+            raise RuntimeError(f"llama.cpp refused to remove the KV from position {n} on")
+        self.llm.n_tokens = n
 
     def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
         """Evaluate ``ids`` after the cached tokens: the last position's float32 logits, [1, n_vocab]."""
