@@ -12,14 +12,16 @@ from typing import Any
 
 from impl.loaded import PerModel
 from impl.protocol import Engine, Messages, ModelRef
+from impl.sessions import SessionOps
 
 
-class HFEngine(Engine):
+class HFEngine(SessionOps, Engine):
     name = "hf"
     classes = frozenset({"exact", "quantized"})  # float32 on the dequantized weights
     is_reference = True
 
     def __init__(self) -> None:
+        super().__init__()
         # What is loaded per model, for the few models in use: transformers' GGUF
         # tokenizer is ~0.1-0.3 GB for a 150k vocabulary, its float32 weights ~2 GB for
         # the 0.5B (one model's at a time).
@@ -37,6 +39,7 @@ class HFEngine(Engine):
         return f"transformers {version('transformers')}, tokenizers {version('tokenizers')}"
 
     def close(self) -> None:
+        self.close_sessions()
         for loaded in self._loaded.values():
             loaded.clear()
 
@@ -106,12 +109,12 @@ class HFEngine(Engine):
         return hf_forward.logits(self._forward_model(model), ids)
 
     def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
-        """transformers' own KV cache played through ``steps`` (``(keep, ids)``: crop, feed):
-        the last position's logits after each (``impl.hf.forward.played_logits``; the state
-        stages' reference, not a protocol op)."""
-        from impl.hf import forward as hf_forward
+        """transformers' own KV cache (``impl.hf.forward.Cached``) played through ``steps``
+        (``(keep, ids)``: crop, feed): the last position's logits after each
+        (``impl.sessions.played``; the state stages' reference, not a protocol op)."""
+        from impl.sessions import played
 
-        return hf_forward.played_logits(self._forward_model(model), steps)
+        return played(self._session_cache(model), steps)
 
     def trace(self, model: ModelRef, ids: Sequence[int], points: Sequence[str],
               positions: Sequence[int] | None = None) -> dict[str, Any]:  # fmt: skip
@@ -143,3 +146,20 @@ class HFEngine(Engine):
         # the very model the forward stage loads (same memo: one load per session)
         lm = self._forward_model(model)
         return hf_generate.generate(lm, self._tokenizer(model), lambda t: self.decode(model, t), ids, params)
+
+    # --- sessions (the state stages) -----------------------------------------------------
+    def _session_cache(self, model: ModelRef) -> Any:
+        """An empty ``DynamicCache`` over the forward stage's model (``impl.hf.forward.Cached``)."""
+        from impl.hf import forward as hf_forward
+
+        return hf_forward.Cached(lambda: self._forward_model(model))
+
+    def _decoding(self, model: ModelRef) -> tuple[Any, list[int]]:
+        """Each token's bytes (``impl.hf.tokenizer.piece``), and the stop ids ``generate`` stops
+        at (``impl.hf.generate.stop_ids``)."""
+        from impl.hf import generate as hf_generate
+        from impl.hf import tokenizer as hf_tokenizer
+
+        tok = self._tokenizer(model)
+        stops = hf_generate.stop_ids(self._forward_model(model), tok)
+        return lambda token: hf_tokenizer.piece(tok, token), stops

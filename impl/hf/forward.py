@@ -23,7 +23,7 @@ Two ways in, same weights:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -133,27 +133,40 @@ def logits(model: Any, ids: Sequence[int]) -> np.ndarray:
     return out.float().numpy()
 
 
-def played_logits(model: Any, steps: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
-    """transformers' own KV cache (``DynamicCache``) played through ``steps``: per step
-    ``(keep, ids)`` the cache cropped to its first ``keep`` tokens when it holds more
-    (``DynamicCache.crop`` of the tokens past ``keep``: a negative count, which every
-    version reads as "remove that many"), then ``ids`` fed on top of it (the forward's
-    ``cache`` argument, ``past_key_values`` before transformers 5.2x: the positions
-    continue from the cache's length). The last position's float32 logits after each step."""
-    import inspect
+class Cached:
+    """transformers' model with a KV cache of its own (a ``DynamicCache``): the model a
+    session drives (``oracle.session.Session``: ``prefill``, ``truncate``, ``reset``).
+    ``prefill`` feeds ids on top of the cache (the forward's ``cache`` argument,
+    ``past_key_values`` before transformers 5.2x: the positions continue from the cache's
+    length); ``truncate(n)`` crops it to its first ``n`` tokens (``DynamicCache.crop`` of
+    the tokens past ``n``: a negative count, which every version reads as "remove that
+    many"). ``lm()`` gives the model on each call, so a cache does not pin its weights."""
 
-    import torch
-    from transformers import DynamicCache
+    def __init__(self, lm: Callable[[], Any]) -> None:
+        self.lm = lm
+        self.reset()
 
-    argument = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    cache, rows = DynamicCache(config=model.config), []
-    with torch.inference_mode():
-        for keep, ids in steps:
-            if keep < cache.get_seq_length():
-                cache.crop(keep - cache.get_seq_length())
-            if cache.get_seq_length() != keep:
-                raise ValueError(f"the cache holds {cache.get_seq_length()} tokens, the step keeps {keep}")
-            feed = torch.tensor([list(ids)], dtype=torch.long)
-            out = model(feed, use_cache=True, logits_to_keep=1, **{argument: cache})
-            rows.append(out.logits[0, -1].float().numpy().copy())
-    return rows
+    def reset(self) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=self.lm().config)
+
+    def __len__(self) -> int:
+        return int(self.cache.get_seq_length())
+
+    def truncate(self, n: int) -> None:
+        if n < len(self):
+            self.cache.crop(n - len(self))
+
+    def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
+        """Feed ``ids`` after the cached tokens: the last position's float32 logits, [1, n_vocab]."""
+        import inspect
+
+        import torch
+
+        model = self.lm()
+        argument = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        with torch.inference_mode():
+            feed = torch.tensor([[int(i) for i in ids]], dtype=torch.long)
+            out = model(feed, use_cache=True, logits_to_keep=1, **{argument: self.cache})
+        return out.logits[0, -1:].float().numpy().copy()

@@ -64,3 +64,18 @@ def encode(tok: Any, text: str, parse_special: bool) -> list[int]:
 def decode(tok: Any, ids: Sequence[int]) -> bytes:
     """HF decodes to ``str``: bytes of an incomplete UTF-8 sequence come back as U+FFFD."""
     return tok.decode(list(ids), skip_special_tokens=False).encode("utf-8")
+
+
+def piece(tok: Any, token: int) -> bytes:
+    """One token's bytes, which ``decode`` cannot give for a piece of a UTF-8 character:
+    an added token's content, else the byte-level BPE token mapped back through GPT-2's
+    byte table (the inverse of the ``ByteLevel`` pre-tokenizer's)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    text = tok.id_to_token(token)
+    if text is None:
+        raise Unsupported(f"transformers' tokenizer has no token {token}")
+    if token in tok.get_added_tokens_decoder():
+        return text.encode("utf-8")
+    table = {c: b for b, c in bytes_to_unicode().items()}
+    return bytes(table[c] for c in text)

@@ -13,21 +13,30 @@ from typing import Any
 from impl.envvars import llama_threads
 from impl.loaded import PerModel
 from impl.protocol import Engine, Messages, ModelRef, has_weights
+from impl.sessions import Held, SessionOps
 
 TRACE_CTX = 1024  # one micro-batch up to this many tokens; every position's logits are kept (0.6 GB for 150k)
 
 
-class LlamaCppEngine(Engine):
+class LlamaCppEngine(SessionOps, Engine):
     name = "llamacpp"
     is_reference = True
+    #: A session is a context of its own (its KV cache and compute buffers: ~0.1 GB on
+    #: the 0.5B model, the weights mmapped and shared); closed ones are kept for the next.
+    max_sessions = 8
 
     def __init__(self) -> None:
+        super().__init__()
         # Vocab-only contexts (~50 MB each for a 150k vocabulary) for the few models in
         # use; one full-weights context (logits_all keeps n_ctx × n_vocab floats).
         self._vocab_contexts = PerModel(limit=4, close=_close)
         self._full_contexts = PerModel(limit=1, close=_close)
         # A context whose graph evaluation callback records the trace points (one model).
         self._tracing_contexts = PerModel(limit=1, close=_close)
+        # Contexts of closed sessions (one model's), reused by the next session over it;
+        # never more than were open at once.
+        self._idle: dict[str, list[Any]] = {}
+        self._stop_ids = PerModel(limit=4)
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -35,6 +44,8 @@ class LlamaCppEngine(Engine):
         return f"llama-cpp-python {version('llama-cpp-python')}"
 
     def close(self) -> None:
+        self.close_sessions()
+        self._drop_idle(list(self._idle))
         self._vocab_contexts.clear()
         self._full_contexts.clear()
         self._tracing_contexts.clear()
@@ -84,14 +95,16 @@ class LlamaCppEngine(Engine):
     def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
         """llama.cpp's own KV cache played through ``steps`` (``(keep, ids)``: remove the
         positions from ``keep`` on, evaluate): the last position's logits after each
-        (``impl.llamacpp.forward.played_logits``; the state stages' reference, not a protocol op)."""
+        (``impl.sessions.played``; the state stages' reference, not a protocol op)."""
         from impl.llamacpp import forward as llamacpp_forward
+        from impl.sessions import played
 
-        return llamacpp_forward.played_logits(self.llama(model, vocab_only=False), steps)
+        return played(llamacpp_forward.Cached(self.llama(model, vocab_only=False)), steps)
 
     def release_forward(self, model: ModelRef | None = None) -> None:
         """Close ``model``'s full-weights context (every model's when ``None``): its logits
         buffer holds n_ctx × n_vocab floats. Vocab-only contexts stay."""
+        self._drop_idle(list(self._idle) if model is None else [str(model.gguf)])
         if model is None:
             self._full_contexts.clear()
             self._tracing_contexts.clear()
@@ -127,10 +140,45 @@ class LlamaCppEngine(Engine):
 
         return llamacpp_generate.generate(self.llama(model, vocab_only=False), ids, params)
 
+    # --- sessions (the state stages) -----------------------------------------------------
+    def _session_cache(self, model: ModelRef) -> Any:
+        """A context of the session's own (``impl.llamacpp.forward.Cached``): a closed
+        session's over the same model, emptied, or a new one keeping the last logits only."""
+        from impl.llamacpp import forward as llamacpp_forward
 
-def _open(model: ModelRef, vocab_only: bool) -> Any:
+        key = str(model.gguf)
+        self._drop_idle([other for other in self._idle if other != key])
+        idle = self._idle.get(key)
+        return llamacpp_forward.Cached(
+            idle.pop() if idle else _open(model, vocab_only=False, logits_all=False)
+        )
+
+    def _session_closed(self, held: Held) -> None:
+        self._idle.setdefault(str(held.model.gguf), []).append(held.session.model.llm)
+
+    def _drop_idle(self, keys: list[str]) -> None:
+        """Close the idle session contexts of the models ``keys``."""
+        for key in keys:
+            for llm in self._idle.pop(key, []):
+                llm.close()
+
+    def _decoding(self, model: ModelRef) -> tuple[Any, list[int]]:
+        """Each token's bytes, and llama.cpp's end-of-generation ids (``llama_vocab_is_eog``,
+        as ``generate`` stops)."""
+        import llama_cpp
+
+        def eog() -> list[int]:
+            llm = self.llama(model, vocab_only=True)
+            vocab = llama_cpp.llama_model_get_vocab(llm.model)
+            return [i for i in range(llm.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+
+        return lambda token: self.decode(model, [token]), self._stop_ids.get(str(model.gguf), eog)
+
+
+def _open(model: ModelRef, vocab_only: bool, logits_all: bool = True) -> Any:
     """A ``llama_cpp.Llama`` on ``model``'s GGUF: vocab-only (tokenizer, template,
-    metadata), or with its weights and every position's logits kept."""
+    metadata), or with its weights and every position's logits kept (``logits_all``)
+    or only the last's."""
     import llama_cpp
 
     # No weight repacking into "extra" buffer types: on CPUs advertising AMX where the
@@ -151,7 +199,7 @@ def _open(model: ModelRef, vocab_only: bool) -> Any:
             vocab_only=vocab_only,
             n_ctx=512 if vocab_only else 4096,
             n_threads=llama_threads(),  # SPECGATE_LLAMA_THREADS, checked when read
-            logits_all=not vocab_only,
+            logits_all=logits_all and not vocab_only,
             verbose=False,
         )
     finally:

@@ -24,23 +24,41 @@ def logits(llm: Any, ids: Sequence[int]) -> np.ndarray:
     return np.array(llm.scores[: len(ids)], dtype=np.float32)
 
 
-def played_logits(llm: Any, steps: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
-    """llama.cpp's own KV cache played through ``steps`` from an empty cache: per step
-    ``(keep, ids)`` the cache's positions from ``keep`` on removed when it holds more
-    (``llama_memory_seq_rm`` through llama-cpp-python's context), then ``ids`` evaluated
-    on top of it in one ``Llama.eval`` (llama.cpp splits it into ``n_batch`` micro-batches).
-    The last position's float32 logits after each step."""
-    llm.reset()
-    rows = []
-    for keep, ids in steps:
-        if keep < llm.n_tokens:
-            if not llm._ctx.kv_cache_seq_rm(-1, keep, -1):
-                raise RuntimeError(f"llama.cpp refused to remove the KV from position {keep} on")
-            llm.n_tokens = keep
-        if llm.n_tokens != keep:
-            raise ValueError(f"the cache holds {llm.n_tokens} tokens, the step keeps {keep}")
-        if keep + len(ids) > llm.n_ctx():
-            raise ValueError(f"{keep + len(ids)} tokens exceed the llama.cpp context of {llm.n_ctx()}")
+class Cached:
+    """One llama.cpp context's KV cache as the model a session drives
+    (``oracle.session.Session``: ``prefill``, ``truncate``, ``reset``). ``prefill``
+    evaluates ids after the cached ones in one ``Llama.eval`` (llama.cpp splits it into
+    ``n_batch`` micro-batches); ``truncate(n)`` removes the positions from ``n`` on
+    (``llama_memory_seq_rm`` through llama-cpp-python's context)."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.reset()
+
+    def reset(self) -> None:
+        self._remove(0)
+
+    def __len__(self) -> int:
+        return int(self.llm.n_tokens)
+
+    def truncate(self, n: int) -> None:
+        if n < self.llm.n_tokens:
+            self._remove(n)
+
+    def _remove(self, n: int) -> None:
+        if not self.llm._ctx.kv_cache_seq_rm(-1, n, -1):
+            raise RuntimeError(f"llama.cpp refused to remove the KV from position {n} on")
+        self.llm.n_tokens = n
+
+    def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
+        """Evaluate ``ids`` after the cached tokens: the last position's float32 logits, [1, n_vocab]."""
+        import llama_cpp
+
+        llm = self.llm
+        if llm.n_tokens + len(ids) > llm.n_ctx():
+            raise ValueError(
+                f"{llm.n_tokens + len(ids)} tokens exceed the llama.cpp context of {llm.n_ctx()}"
+            )
         llm.eval([int(i) for i in ids])
-        rows.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32))
-    return rows
+        last = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+        return np.ctypeslib.as_array(last, shape=(1, llm.n_vocab())).astype(np.float32)
