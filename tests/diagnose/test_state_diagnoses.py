@@ -47,7 +47,18 @@ PLANTED: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
     "sessions_shared": (ROWS, {row: "sessions_shared" for row in ROWS}),
     "position_off_by_one": (ROWS, {row: "position_off_by_one" for row in ROWS}),
     "chunk_boundary": (ROWS, {row: "chunk_boundary" for row in ROWS}),
+    "prefix_off_by_one": (ROWS[1:], {"state_reuse/exact": "prefix_off_by_one"}),
+    "fork_aliased": (ROWS[1:], {"state_reuse/exact": "fork_aliased"}),
     "noisy_append": (ROWS, {}),
+}
+#: planted bug -> the failing cases its diagnosis leaves out: a prefix cache's, failing in the
+#: run through what sessions of *earlier* cases left in its pool (a conversation's first turn
+#: started from another case's KV; a branch from a fork's clobbered cache). The diagnosis
+#: plays a case after ``POOL`` empty sessions and its priming one — none of them leave
+#: anything to reuse wrongly — so the engine answers these right there and none is named
+UNNAMED: dict[str, dict[str, set[str]]] = {
+    "prefix_off_by_one": {"state_reuse/exact": {"branch_cut_back"}},
+    "fork_aliased": {"state_reuse/exact": {"branch_after_close", "branch_cut_back"}},
 }
 
 
@@ -109,10 +120,13 @@ def test_a_planted_state_bug_is_diagnosed_by_name_and_a_look_alike_is_not(diagno
     assert {d.stage: d.name for d in found} == named, [(d.stage, d.name, len(d.records)) for d in found]
     for d in found:
         assert not d.alternatives, d.cause
-        assert {r.nodeid for r in d.records} == {r.nodeid for r in failing[d.stage]}  # every failing case
-        n = len(failing[d.stage])
+        unnamed = UNNAMED.get(bug, {}).get(d.stage, set())
+        assert unnamed <= {r.case for r in failing[d.stage]}
+        named_cases = {r.nodeid for r in failing[d.stage] if r.case not in unnamed}
+        assert {r.nodeid for r in d.records} == named_cases  # every failing case but those
+        n, m = len(named_cases), len(failing[d.stage])
         assert d.evidence.startswith(
-            f"{n} of {n} failing {d.stage} cases of {MODEL} equal the oracle's sessions played the same way "
+            f"{n} of {m} failing {d.stage} cases of {MODEL} equal the oracle's sessions played the same way "
         ), d.evidence
         assert (
             f" when it {CAUSE[d.name]}, with the same session counts and, at every judged point, "
