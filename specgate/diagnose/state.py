@@ -1,8 +1,9 @@
 """The state stages' catalogue: known deviations applied to the oracle's sessions.
 
-A failing ``state_incremental``, ``state_conversation`` or ``state_reuse`` case is played again, on the
-engine and on the oracle's sessions (``oracle.session.Session``) with one *knob* of what
-an engine keeps between requests deviated — each a classic defect of a KV cache:
+A failing ``state_incremental``, ``state_conversation``, ``state_reuse`` or ``state_batch``
+case is played again, on the engine and on the oracle's sessions (``oracle.session.Session``)
+with one *knob* of what an engine keeps between requests deviated — each a classic defect
+of a KV cache:
 
 * ``no_truncate=True``        ``session_truncate`` answers ``n`` but the cache keeps its
                               KV (and its count): across a template drift or a token seam
@@ -20,6 +21,14 @@ an engine keeps between requests deviated — each a classic defect of a KV cach
                               where the two differ kept
 * ``prefix_fork_aliased=True`` the same prefix cache sharing the other session's KV instead
                               of copying it: the new session writes into the other's cache
+* ``batch_left_pad_unmasked=True`` ``batch_logits`` left-pads the shorter prompts to the
+                              longest with ``PAD`` and attends to the pads (positions shifted)
+* ``batch_rows_by_length=True`` ``batch_logits`` answers the rows in length order, not the
+                              order asked
+
+The batch knobs are ``DeviatedSessions.batch_logits``'s (each prompt from an empty KV
+cache, the oracle's definition) and a ``state_batch`` case is played without sessions:
+one ``batch_logits`` request (``play_batch``), no priming.
 
 The first two and the prefix cache are the session's (``DeviatedSessions``, the oracle's
 session ops with the knob); the position and the boundary the forward's (``SessionModel``:
@@ -64,13 +73,18 @@ from specgate.checks import state as state_check
 from specgate.diagnose.forward import DeviatedModel, class_measured, topk_record
 from specgate.diagnose.tokenizer import Hypothesis, _h
 
-STATE_ROWS = ",".join(
+SESSION_ROWS = ",".join(
     f"{stage}/{conformance_class}"
     for stage in ("state_incremental", "state_conversation", "state_reuse")
     for conformance_class in ("exact", "quantized")
 )
+#: The rows of ``batch_logits`` (the optional capability ``batch``): played without sessions.
+BATCH_ROWS = "state_batch/exact,state_batch/quantized"
+STATE_ROWS = f"{SESSION_ROWS},{BATCH_ROWS}"
 #: The rows a prefix cache's reuse is diagnosed on: a second session's (``applies``).
 REUSE_ROWS = "state_reuse/exact,state_reuse/quantized"
+#: The token a batch's shorter prompts are left-padded with (``batch_left_pad_unmasked``).
+PAD = 0
 #: Tokens of the case the priming session holds when it is closed.
 PRIMER = 4
 #: Closed sessions a prefix cache keeps to reuse (besides the open ones).
@@ -120,7 +134,7 @@ class DeviatedSessions(Engine):
     knobs applied, answering the session ops as an engine does."""
 
     name = "oracle"
-    capabilities = frozenset({"session"})
+    capabilities = frozenset({"session", "batch"})
     classes = frozenset({"exact", "quantized"})
 
     def __init__(self, m: ModelSessions, knobs: Mapping[str, Any]) -> None:
@@ -173,6 +187,23 @@ class DeviatedSessions(Engine):
         mine.ids = ids[:keep]
         return ids[keep:]
 
+    def batch_logits(self, model: Any, prompts: Sequence[Sequence[int]]) -> np.ndarray:
+        """Each prompt's last-position logits from an empty KV cache — in length order with
+        ``batch_rows_by_length``; left-padded to the longest with ``PAD`` tokens, attended
+        and shifting the positions, with ``batch_left_pad_unmasked``."""
+        rows = [[int(i) for i in p] for p in prompts]
+        if self.knobs.get("batch_rows_by_length"):
+            rows = sorted(rows, key=len)  # answered in the order batched, not the order asked
+        if self.knobs.get("batch_left_pad_unmasked"):
+            longest = max(len(p) for p in rows)
+            rows = [[PAD] * (longest - len(p)) + p for p in rows]
+        forward = self.m.session_model(self.knobs)
+        out = []
+        for ids in rows:
+            forward.reset()
+            out.append(forward.prefill(ids, outputs=[-1])[-1])
+        return np.stack(out)
+
     def session_truncate(self, session: str, n: int) -> int:
         if self.knobs.get("no_truncate"):
             return n  # answered, not done: the KV and the count stay
@@ -209,9 +240,13 @@ def primed(engine: Any, model: Any, inp: Mapping[str, Any]) -> None:
 
 
 def played(engine: Any, model: Any, model_id: str, inp: Mapping[str, Any]) -> StateAnswer:
-    """The case played on ``engine`` after the priming session, as the state gate plays it."""
-    primed(engine, model, inp)
+    """The case played on ``engine`` after the priming session, as the state gate plays it
+    (a batch without sessions: one ``batch_logits`` request)."""
     data = inp["data"]
+    if inp["stage"] == "state_batch":
+        b = state_check.play_batch(engine, model, data)
+        return StateAnswer(model_id, [list(ids) for ids in data["prompts"]], b.rows, b.held)
+    primed(engine, model, inp)
     if inp["stage"] == "state_incremental":
         p = state_check.play_incremental(engine, model, data)
         return StateAnswer(model_id, [list(data["ids"])], p.rows, p.held)
@@ -337,6 +372,15 @@ def applies(stage: str, m: ModelSessions, inp: Mapping[str, Any], knobs: Mapping
     the case's first, all of it reused rightly — a case that fails through the sessions of
     earlier cases is not played here)."""
     data = inp["data"]
+    batch_knobs = {"batch_left_pad_unmasked", "batch_rows_by_length"}
+    if "prompts" in data:  # a batch: no session, its prompts' lengths
+        lengths = [len(p) for p in data["prompts"]]
+        return set(knobs) <= batch_knobs and not (
+            (knobs.get("batch_left_pad_unmasked") and len(set(lengths)) < 2)
+            or (knobs.get("batch_rows_by_length") and lengths == sorted(lengths))
+        )
+    if set(knobs) & batch_knobs:
+        return False
     if "ids" in data:  # incremental: appends of these sizes, never a truncate
         later, truncates = list(data["chunks"][1:]), False
     elif "steps" in data:  # reuse: each session's appends after its first, never a truncate
@@ -367,7 +411,9 @@ def case_input(record: Any) -> dict[str, Any] | None:
 
     stage = record.stage.partition("/")[0]
     case = recorded_case(record, stage)  # under the snapshot root the record carries
-    if not isinstance(case, Mapping) or not ("ids" in case or case.get("turns") or case.get("steps")):
+    if not isinstance(case, Mapping) or not (
+        "ids" in case or case.get("turns") or case.get("steps") or case.get("prompts")
+    ):
         return None
     return {"stage": stage, "case": record.case, "gated": record.outcome, "data": case}
 
@@ -389,17 +435,17 @@ def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> StateAns
 
 
 CATALOGUE: tuple[Hypothesis, ...] = (
-    *_h("no_truncate", STATE_ROWS,
+    *_h("no_truncate", SESSION_ROWS,
         "keeps the KV a truncate drops: session_truncate answers n but the cache keeps the past render's "
         "tokens, so after a template drift or a token seam the new turn is appended after stale KV",
         no_truncate=True),
-    *_h("sessions_shared", STATE_ROWS,
+    *_h("sessions_shared", SESSION_ROWS,
         "hands a new session the last session's KV uncleared: a session opened after another starts "
         "with the tokens the other held", sessions_shared=True),
-    *_h("position_off_by_one", STATE_ROWS,
+    *_h("position_off_by_one", SESSION_ROWS,
         "rotates a block appended after cached tokens one position too far (RoPE at position p + 1): "
         "the positions after an append are off by one", rope_shift=1),
-    *_h("chunk_boundary", STATE_ROWS,
+    *_h("chunk_boundary", SESSION_ROWS,
         "loses the last cached key and value at a chunk boundary: a block of several tokens appended "
         "after cached tokens attends to that position's key and value as zeros", boundary_kv_zero=True),
     *_h("prefix_off_by_one", REUSE_ROWS,
@@ -410,4 +456,10 @@ CATALOGUE: tuple[Hypothesis, ...] = (
         "shares another session's KV instead of copying it: a prefix cache starts a new session from the "
         "longest prefix another session holds, and each then writes into the one cache the two hold",
         prefix_fork_aliased=True),
+    *_h("batch_padded", BATCH_ROWS,
+        "pads a batch's shorter prompts on the left and attends to the pads: batch_logits evaluates each "
+        "prompt after pad tokens, unmasked, its positions shifted by as many", batch_left_pad_unmasked=True),
+    *_h("batch_sorted", BATCH_ROWS,
+        "answers a batch's rows in length order: batch_logits sorts the prompts by length to batch them and "
+        "returns the rows in that order, not the order asked", batch_rows_by_length=True),
 )  # fmt: skip
