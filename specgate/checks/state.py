@@ -552,3 +552,14 @@ def judge_record(
             why = f"top-1 differs: reference {int(ref_ids[0, 0])} answer {top} (reference margin {margin:.4f} >= {tie:g})"
             failure = f"{failure}; {why}" if failure else why
     return failure, cmp
+
+
+#: The stages judged on last-position rows: stage -> (the capability asked, how a case is
+#: played, how a class judges it). The gates read it (``specgate/gates/test_state.py``).
+ROW_STAGES = {
+    "state_incremental": ("session", play_incremental, judge_incremental),
+    "state_conversation": ("session", play_conversation, judge_conversation),
+    "state_reuse": ("session", play_reuse, judge_reuse),
+    "state_batch": ("batch", play_batch, judge_batch),
+    "state_chat": ("conversation", play_chat, judge_chat),
+}

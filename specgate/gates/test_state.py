@@ -28,53 +28,40 @@ from specgate.checks import state as checks
 from specgate.outcomes.gate import claims, fail_if, refused, report_metrics
 
 
-@pytest.mark.gate("state_incremental")
-def test_state_incremental(engine, specgate, model, model_id, case_id, case, conformance_class, request):
-    chunks = "+".join(map(str, case["chunks"][:12])) + ("+…" if len(case["chunks"]) > 12 else "")
-    label = (
-        f"[state_incremental/{conformance_class}] model {model_id}, prompt {case_id} "
-        f"({len(case['ids'])} tokens appended as {chunks})"
-    )
-    claims(engine, "session", conformance_class)
-    played = specgate.answers.get(
-        ("state_incremental", model.id, case_id), lambda: checks.play_incremental(engine, model, case)
-    )
+def _gate_rows(request, engine, specgate, model, model_id, case_id, case, conformance_class, stage, what):
+    """One case of a stage judged on last-position rows (``checks.ROW_STAGES``: its capability,
+    how it is played, how it is judged): asked once for both classes, the class's metrics
+    reported, a named row that names nothing judgeable refused, else failed or passed."""
+    capability, play, judge = checks.ROW_STAGES[stage]
+    label = f"[{stage}/{conformance_class}] model {model_id}, {what}"
+    claims(engine, capability, conformance_class)
+    played = specgate.answers.get((stage, model.id, case_id), lambda: play(engine, model, case))
     report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = checks.judge_incremental(conformance_class, model_id, case, played)
+    failure = judge(conformance_class, model_id, case, played)
     if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
         refused(f"{label}: {reason}")
     fail_if(failure, label)
+
+
+@pytest.mark.gate("state_incremental")
+def test_state_incremental(engine, specgate, model, model_id, case_id, case, conformance_class, request):
+    chunks = "+".join(map(str, case["chunks"][:12])) + ("+…" if len(case["chunks"]) > 12 else "")
+    what = f"prompt {case_id} ({len(case['ids'])} tokens appended as {chunks})"
+    args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
+    _gate_rows(*args, "state_incremental", what)
 
 
 @pytest.mark.gate("state_conversation")
 def test_state_conversation(engine, specgate, model, model_id, case_id, case, conformance_class, request):
-    label = (
-        f"[state_conversation/{conformance_class}] model {model_id}, conversation {case_id} "
-        f"({len(case['turns'])} turns, {case['shape']})"
-    )
-    claims(engine, "session", conformance_class)
-    played = specgate.answers.get(
-        ("state_conversation", model.id, case_id), lambda: checks.play_conversation(engine, model, case)
-    )
-    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = checks.judge_conversation(conformance_class, model_id, case, played)
-    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
-        refused(f"{label}: {reason}")
-    fail_if(failure, label)
+    what = f"conversation {case_id} ({len(case['turns'])} turns, {case['shape']})"
+    args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
+    _gate_rows(*args, "state_conversation", what)
 
 
 @pytest.mark.gate("state_reuse")
 def test_state_reuse(engine, specgate, model, model_id, case_id, case, conformance_class, request):
-    label = f"[state_reuse/{conformance_class}] model {model_id}, case {case_id} ({case['shape']})"
-    claims(engine, "session", conformance_class)
-    played = specgate.answers.get(
-        ("state_reuse", model.id, case_id), lambda: checks.play_reuse(engine, model, case)
-    )
-    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = checks.judge_reuse(conformance_class, model_id, case, played)
-    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
-        refused(f"{label}: {reason}")
-    fail_if(failure, label)
+    args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
+    _gate_rows(*args, "state_reuse", f"case {case_id} ({case['shape']})")
 
 
 @pytest.mark.gate("state_generate")
@@ -90,32 +77,12 @@ def test_state_generate(engine, specgate, model, model_id, case_id, case, confor
 @pytest.mark.gate("state_batch")
 def test_state_batch(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     lengths = ", ".join(map(str, (len(p) for p in case["prompts"])))
-    label = (
-        f"[state_batch/{conformance_class}] model {model_id}, batch {case_id} (prompts of {lengths} tokens)"
-    )
-    claims(engine, "batch", conformance_class)
-    played = specgate.answers.get(
-        ("state_batch", model.id, case_id), lambda: checks.play_batch(engine, model, case)
-    )
-    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = checks.judge_batch(conformance_class, model_id, case, played)
-    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
-        refused(f"{label}: {reason}")
-    fail_if(failure, label)
+    args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
+    _gate_rows(*args, "state_batch", f"batch {case_id} (prompts of {lengths} tokens)")
 
 
 @pytest.mark.gate("state_chat")
 def test_state_chat(engine, specgate, model, model_id, case_id, case, conformance_class, request):
-    label = (
-        f"[state_chat/{conformance_class}] model {model_id}, conversation {case_id} "
-        f"({len(case['turns'])} turns, {case['shape']})"
-    )
-    claims(engine, "conversation", conformance_class)
-    played = specgate.answers.get(
-        ("state_chat", model.id, case_id), lambda: checks.play_chat(engine, model, case)
-    )
-    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = checks.judge_chat(conformance_class, model_id, case, played)
-    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
-        refused(f"{label}: {reason}")
-    fail_if(failure, label)
+    what = f"conversation {case_id} ({len(case['turns'])} turns, {case['shape']})"
+    args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
+    _gate_rows(*args, "state_chat", what)

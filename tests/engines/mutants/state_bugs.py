@@ -171,34 +171,34 @@ class BatchSorted(OracleEngine):
         return super().batch_logits(model, [prompts[k] for k in order])  # the defect: rows in that order
 
 
-class SeamDelta(OracleEngine):
+class _ChatTurns(OracleEngine):
+    """The oracle's chat turn with one step replaced: ``cache(conversation, increment)``
+    brings the session to the turn's render (the oracle: ``sync`` to the whole render's ids)."""
+
     def _turn(self, conversation: Any, messages: Any, system: Any, kwargs: dict[str, Any]) -> None:
         from oracle.conversation import increment, next_state
 
-        c, session = conversation, conversation.session
+        c = conversation
         new, new_kwargs = next_state(c.messages, c.kwargs, messages, system, kwargs)
         c.turns += 1
-        inc = increment(c.template, c.tokenize, c.messages, new, c.turns, c.kwargs, new_kwargs)
-        if inc.drift is None and session.ids and inc.delta:
-            session.append(c.tokenize(inc.delta))  # the defect: the delta tokenized alone
-        else:
-            session.sync(inc.ids)
+        self.cache(c, increment(c.template, c.tokenize, c.messages, new, c.turns, c.kwargs, new_kwargs))
         c.messages, c.kwargs = new, new_kwargs
 
 
-class DriftAppended(OracleEngine):
-    def _turn(self, conversation: Any, messages: Any, system: Any, kwargs: dict[str, Any]) -> None:
-        from oracle.conversation import increment, next_state
-
-        c, session = conversation, conversation.session
-        new, new_kwargs = next_state(c.messages, c.kwargs, messages, system, kwargs)
-        c.turns += 1
-        inc = increment(c.template, c.tokenize, c.messages, new, c.turns, c.kwargs, new_kwargs)
-        if inc.drift is not None and 0 < len(session.ids) < len(inc.ids):
-            session.append(inc.ids[len(session.ids) :])  # the defect: the stale KV kept
+class SeamDelta(_ChatTurns):
+    def cache(self, c: Any, inc: Any) -> None:
+        if inc.drift is None and c.session.ids and inc.delta:
+            c.session.append(c.tokenize(inc.delta))  # the defect: the delta tokenized alone
         else:
-            session.sync(inc.ids)
-        c.messages, c.kwargs = new, new_kwargs
+            c.session.sync(inc.ids)
+
+
+class DriftAppended(_ChatTurns):
+    def cache(self, c: Any, inc: Any) -> None:
+        if inc.drift is not None and 0 < len(c.session.ids) < len(inc.ids):
+            c.session.append(inc.ids[len(c.session.ids) :])  # the defect: the stale KV kept
+        else:
+            c.session.sync(inc.ids)
 
 
 def position_off_by_one() -> None:
