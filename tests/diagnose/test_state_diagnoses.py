@@ -27,9 +27,7 @@ from specgate.checks import state as checks
 from specgate.diagnose import state as catalogue
 from specgate.diagnose.diagnoser import Diagnoser
 from specgate.outcomes.verdict import GateRecord
-from specgate.plugin import model_missing
 from specgate.run.triage import case_input
-from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
 from specgate.upkeep.model_ids import model_for
 from tests.engines.parity_run import run_parity, script_impl
@@ -66,10 +64,8 @@ UNNAMED: dict[str, dict[str, set[str]]] = {
 
 
 @pytest.fixture(scope="module")
-def model() -> Any:
-    if MODEL not in model_cache.cached_tiny_models():
-        model_missing(f"{MODEL} (run: specgate models tiny)")
-    return model_for(MODEL)
+def model(tiny_model: Any) -> Any:
+    return tiny_model
 
 
 def served(*argv: str) -> CmdEngine:

@@ -15,10 +15,7 @@ from typing import Any
 import pytest
 
 from specgate.checks import state
-from specgate.plugin import model_missing
-from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
-from specgate.upkeep.model_ids import model_for
 
 MODEL = "tiny-qwen2-f32"
 STAGES = {
@@ -32,10 +29,8 @@ DROPPING_KV = {"03_system_prompt_changes", "04_system_prompt_added_later", "20_a
 
 
 @pytest.fixture(scope="module")
-def model() -> Any:
-    if MODEL not in model_cache.cached_tiny_models():
-        model_missing(f"{MODEL} (run: specgate models tiny)")
-    return model_for(MODEL)
+def model(tiny_model: Any) -> Any:
+    return tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,7 @@ import pytest
 from impl.process.client import CmdEngine
 from specgate.checks import state
 from specgate.outcomes.gate import NotApplicable
-from specgate.plugin import model_missing
-from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
-from specgate.upkeep.model_ids import model_for
 from tests.engines.fault_engine import ToyEngine
 from tests.engines.test_state_mutants import MUTANTS
 
@@ -31,10 +28,8 @@ DRIFTS = {"03_system_prompt_changes", "04_system_prompt_added_later"}
 
 
 @pytest.fixture(scope="module")
-def model() -> Any:
-    if MODEL not in model_cache.cached_tiny_models():
-        model_missing(f"{MODEL} (run: specgate models tiny)")
-    return model_for(MODEL)
+def model(tiny_model: Any) -> Any:
+    return tiny_model
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,8 @@ from impl.process.client import CmdEngine
 from specgate.checks import state
 from specgate.checks.logits import QUANTIZED_KL_MEAN
 from specgate.outcomes.gate import NotApplicable
-from specgate.plugin import model_missing
 from specgate.stages import state_cases
-from specgate.supply import models as model_cache
 from specgate.upkeep import snapshots
-from specgate.upkeep.model_ids import model_for
 from tests.engines.fault_engine import ToyEngine
 
 MUTANTS = Path(__file__).with_name("mutants") / "state_bugs.py"
@@ -38,10 +35,8 @@ NOTHING: dict[str, dict[str, str]] = {stage: {} for stage, _, _ in STAGES}
 
 
 @pytest.fixture(scope="module")
-def model() -> Any:
-    if MODEL not in model_cache.cached_tiny_models():
-        model_missing(f"{MODEL} (run: specgate models tiny)")
-    return model_for(MODEL)
+def model(tiny_model: Any) -> Any:
+    return tiny_model
 
 
 def failures(engine: Any, model: Any) -> dict[str, dict[str, str]]:
