@@ -46,7 +46,7 @@ import numpy as np
 from impl.named_logprobs import NamedLogprobs
 from impl.protocol import EngineError
 from specgate.checks import logit_metrics, logit_named, logits
-from specgate.outcomes.gate import call
+from specgate.outcomes.gate import call, claims, fail_if, refused, report_metrics
 
 
 @dataclass
@@ -563,3 +563,18 @@ ROW_STAGES = {
     "state_batch": ("batch", play_batch, judge_batch),
     "state_chat": ("conversation", play_chat, judge_chat),
 }
+
+
+def gate_rows(request, engine, specgate, model, model_id, case_id, case, conformance_class, stage, what):
+    """One case of a stage judged on last-position rows (``ROW_STAGES``: its capability,
+    how it is played, how it is judged): asked once for both classes, the class's metrics
+    reported, a named row that names nothing judgeable refused, else failed or passed."""
+    capability, play, judge = ROW_STAGES[stage]
+    label = f"[{stage}/{conformance_class}] model {model_id}, {what}"
+    claims(engine, capability, conformance_class)
+    played = specgate.answers.get((stage, model.id, case_id), lambda: play(engine, model, case))
+    report_metrics(request, measured(conformance_class, model_id, case, played))
+    failure = judge(conformance_class, model_id, case, played)
+    if failure is None and (reason := unjudged(conformance_class, model_id, case, played)):
+        refused(f"{label}: {reason}")
+    fail_if(failure, label)

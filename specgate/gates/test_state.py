@@ -25,22 +25,7 @@ pass on nothing)."""
 import pytest
 
 from specgate.checks import state as checks
-from specgate.outcomes.gate import claims, fail_if, refused, report_metrics
-
-
-def _gate_rows(request, engine, specgate, model, model_id, case_id, case, conformance_class, stage, what):
-    """One case of a stage judged on last-position rows (``checks.ROW_STAGES``: its capability,
-    how it is played, how it is judged): asked once for both classes, the class's metrics
-    reported, a named row that names nothing judgeable refused, else failed or passed."""
-    capability, play, judge = checks.ROW_STAGES[stage]
-    label = f"[{stage}/{conformance_class}] model {model_id}, {what}"
-    claims(engine, capability, conformance_class)
-    played = specgate.answers.get((stage, model.id, case_id), lambda: play(engine, model, case))
-    report_metrics(request, checks.measured(conformance_class, model_id, case, played))
-    failure = judge(conformance_class, model_id, case, played)
-    if failure is None and (reason := checks.unjudged(conformance_class, model_id, case, played)):
-        refused(f"{label}: {reason}")
-    fail_if(failure, label)
+from specgate.outcomes.gate import claims, fail_if
 
 
 @pytest.mark.gate("state_incremental")
@@ -48,20 +33,20 @@ def test_state_incremental(engine, specgate, model, model_id, case_id, case, con
     chunks = "+".join(map(str, case["chunks"][:12])) + ("+…" if len(case["chunks"]) > 12 else "")
     what = f"prompt {case_id} ({len(case['ids'])} tokens appended as {chunks})"
     args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
-    _gate_rows(*args, "state_incremental", what)
+    checks.gate_rows(*args, "state_incremental", what)
 
 
 @pytest.mark.gate("state_conversation")
 def test_state_conversation(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     what = f"conversation {case_id} ({len(case['turns'])} turns, {case['shape']})"
     args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
-    _gate_rows(*args, "state_conversation", what)
+    checks.gate_rows(*args, "state_conversation", what)
 
 
 @pytest.mark.gate("state_reuse")
 def test_state_reuse(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
-    _gate_rows(*args, "state_reuse", f"case {case_id} ({case['shape']})")
+    checks.gate_rows(*args, "state_reuse", f"case {case_id} ({case['shape']})")
 
 
 @pytest.mark.gate("state_generate")
@@ -78,11 +63,11 @@ def test_state_generate(engine, specgate, model, model_id, case_id, case, confor
 def test_state_batch(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     lengths = ", ".join(map(str, (len(p) for p in case["prompts"])))
     args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
-    _gate_rows(*args, "state_batch", f"batch {case_id} (prompts of {lengths} tokens)")
+    checks.gate_rows(*args, "state_batch", f"batch {case_id} (prompts of {lengths} tokens)")
 
 
 @pytest.mark.gate("state_chat")
 def test_state_chat(engine, specgate, model, model_id, case_id, case, conformance_class, request):
     what = f"conversation {case_id} ({len(case['turns'])} turns, {case['shape']})"
     args = (request, engine, specgate, model, model_id, case_id, case, conformance_class)
-    _gate_rows(*args, "state_chat", what)
+    checks.gate_rows(*args, "state_chat", what)
