@@ -255,6 +255,22 @@ def check_json_items(text: str, bound: int, why: str) -> None:
         raise EngineError(f"answer holds {count:,} JSON values or more, over the bound of {bound:,} ({why})")
 
 
+def value_items(value: Any, bound: int) -> int:
+    """The JSON values a wire-form ``value`` holds (every scalar and container one), counted
+    only up to ``bound + 1``: what an answer costs to check and send, known before either."""
+    count, stack = 0, [value]
+    while stack and count <= bound:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            if count + len(item) > bound:  # a flat list over the bound is known by its length
+                return bound + 1
+            stack.extend(item)
+    return count
+
+
 def logits_width(logits: Any) -> int | None:
     """The vocabulary width of a ``sample`` request's wire-encoded logits."""
     if isinstance(logits, dict) and isinstance(logits.get("$array"), dict):

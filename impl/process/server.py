@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from impl import bounds
 from impl.ops import OPS
 from impl.process import schema, wire
 from impl.protocol import TRACE_KINDS, Engine, Unsupported
@@ -85,6 +86,13 @@ def handle(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         result = {**result, "logits": logits}
     elif isinstance(top_k, int) and top_k > 0 and isinstance(result, np.ndarray) and result.ndim == 2:
         result = {"top_k": wire.top_k_logits(result, top_k)}
+    fields = {k: v for k, v in request.items() if k not in ("id", "op")}
+    most = bounds.answer_items(
+        op, fields, None
+    )  # counted before encoding and the schema walk it (8 s for 5 M ids)
+    if bounds.value_items(result, most) > most:
+        return _error(rid, "engine", f"{engine.name} answered more than {most:,} JSON values, the most an answer "
+                      f"to this {op} request can need (impl.bounds)")  # fmt: skip
     try:
         encoded = wire.encode_value(result)
     except wire.WireError as exc:

@@ -17,7 +17,10 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
+from impl import bounds
 from impl.ops import OPS, PROTOCOL_DIR
 from impl.oracle import OracleEngine
 from impl.process import schema, wire
@@ -235,6 +238,52 @@ def test_specgate_engine_answers_a_wrong_shaped_result_as_an_engine_error() -> N
         "results/generate.schema.json#/properties/finish_reason/enum at result['finish_reason']: 'eos'"
         in (response["error"]["message"])
     )
+
+
+class _FloodingToy(ToyEngine):
+    def encode(self, model: ModelRef, text: str, parse_special: bool) -> Any:
+        return list(range(5_000_000))  # an id per byte of "hi" is all a tokenizer can need
+
+
+def test_an_answer_over_the_requests_bound_is_refused_before_it_is_encoded_or_validated(monkeypatch) -> None:
+    """5 M ids for a 2-byte text: the engine's error at once, counted on the adapter's own
+    value. Encoding and validating it first cost ~8 s a request (36 cases in 300 s)."""
+    walked = []
+    monkeypatch.setattr(wire, "encode_value", lambda value: walked.append("encode") or value)
+    monkeypatch.setattr(schema, "result_problem", lambda op, value: walked.append("schema"))
+    model = wire.model_to_wire(TOY_MODEL)
+    request = {"id": 6, "op": "encode", "model": model, "text": "hi", "parse_special": False}
+    response = handle(_FloodingToy(), request)
+    most = bounds.answer_items("encode", {"text": "hi"}, None)
+    assert response["error"] == {
+        "type": "engine",
+        "message": f"toy answered more than {most:,} JSON values, the most an answer to this encode "
+        "request can need (impl.bounds)",
+    }
+    assert walked == []
+    assert "result" in handle(ToyEngine(), {**request, "id": 7}) and walked == ["encode", "schema"]
+
+
+_JSON = st.recursive(
+    st.integers() | st.text("ab", max_size=3) | st.none(),
+    lambda inner: (
+        st.lists(inner, min_size=1, max_size=4)
+        | st.dictionaries(st.text("xyz", min_size=1, max_size=2), inner, min_size=1, max_size=4)
+    ),
+    max_leaves=40,
+)
+
+
+@given(_JSON, st.integers(0, 60))
+@example([1, 2, 3], 4).via("a flat list exactly at the bound")
+@example({"x": [1, 2], "y": 3}, 4).via("one short")
+def test_an_answers_values_are_counted_as_its_json_text_holds_them(value: Any, bound: int) -> None:
+    """``bounds.value_items`` (the server's count of an adapter's value) against
+    ``bounds.json_items`` (the client's count of the same value's JSON text): equal for values
+    without empty containers, and never past ``bound + 1``."""
+    count = bounds.json_items(json.dumps(value))
+    assert bounds.value_items(value, 10**6) == count
+    assert bounds.value_items(value, bound) == (count if count <= bound else bound + 1)
 
 
 def test_specgate_engine_refuses_a_request_that_does_not_follow_its_schema() -> None:
