@@ -128,8 +128,10 @@ ROWS = ("split", "encode", "decode")
 def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     """Measured (shared 2-core machine, 3 rows x 2 models x 40 cases, 1 s to die loading):
     before issue 35, 9 requests about the bad model (3 deaths per row), 9 engine processes,
-    31 s; after, 2 requests (the first death may be a transient fault's), 3 processes. The
-    verdict counts requests and processes, not seconds."""
+    31 s; after, 2 requests (the first death may be a transient fault's), 3 processes.
+    With 10 s to die loading (``CRASHING_ENGINE_MODEL_LOAD=10``; the same run by hand, twice
+    each at load 4-7, at 5df2dd2, before the deaths-per-model merge b0ece2d, and at 30e2027):
+    115 s and 122 s before, 45 s and 46 s after. The verdict counts requests and processes, not seconds."""
     if BAD not in model_cache.cached_models():
         model_missing(f"{BAD}; run: specgate models fetch {BAD}")
     starts, requests = tmp_path / "starts", tmp_path / "requests"
