@@ -41,6 +41,7 @@ from typing import Any
 
 from specgate import stages
 from specgate.run import reproducer
+from specgate.run.death_groups import join_deaths
 from specgate.run.reproducer import ReproError  # noqa: F401
 from specgate.run.reproducer import load as load_reproducer  # noqa: F401
 from specgate.run.signatures import kind, message_signature, record_signature, signature
@@ -168,7 +169,15 @@ def group_records(records: Sequence[Any], diagnoses: Sequence[Any] = ()) -> list
     by_signature = [
         Group(sig, recs) for sig, recs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     ]
-    return [*diagnosed, *by_signature]
+    joined = join_deaths(by_signature, records, _joined)  # a death and the cases it left unasked: one
+    return [*diagnosed, *sorted(joined, key=lambda g: -len(g.records))]
+
+
+def _joined(parts: list[Group]) -> Group:
+    """The group of a death and the cases it left unasked (``specgate.run.death_groups``):
+    headed by the death, listing where each part shows."""
+    head = parts[0]
+    return Group(head.signature, [r for g in parts for r in g.records], sites=[_site(g) for g in parts])
 
 
 def merge_by_cause(groups: list[Group], cause_of: Callable[[str], str]) -> list[Group]:

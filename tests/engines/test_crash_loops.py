@@ -92,6 +92,10 @@ def check_cut_short(run, seconds: float, started: int, tmp_path: Path, workers: 
     disagreements = run.outcomes().get("reference-disagreement", 0)
     assert len(not_asked) + len(asked) + len(answered) + disagreements == CASES
     assert {c["outcome"] for c in not_asked} == {"error"}
+    # one cause, one group: the deaths and the cases they left unasked, headed by a death
+    (crash,) = [g for g in run.report["groups"] if g["outcome"] == "error"]
+    assert crash["count"] == len(asked) + len(not_asked), crash["shows_in"]
+    assert PANIC in crash["first_message"] and len(crash["shows_in"]) == 2
     note = (
         f"encode · {VOCAB}: crash loop cut short — the engine died on 3 consecutive requests; "
         f"{len(not_asked)} more cases not asked (error)"
@@ -160,6 +164,8 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
     not_asked = [c for c in bad if c["message"].startswith(NOT_ASKED)]
     assert len(not_asked) == len(bad) - 2 and {c["outcome"] for c in not_asked} == {"error"}
     assert all(MESSAGE in c["message"] for c in not_asked), "each says why: the death's reason"
+    (crash,) = [g for g in run.report["groups"] if BAD in g["models"]]  # the model's deaths and its cut: one
+    assert crash["count"] == len(bad) and PANIC in crash["first_message"], crash["shows_in"]
     assert {c["outcome"] for c in good} <= {"pass", "fail", "reference-disagreement"}, (
         "the good model was asked"
     )
