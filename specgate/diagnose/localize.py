@@ -22,8 +22,10 @@ the oracle and comparing the engine's token boundaries with it:
   replay (its rank and pair) whose result the engine's tokens cut.
 
 ``localize_encode`` and ``localize_split`` give one line; ``localize_group`` puts a
-group's first case to the engine again and gives its line: every split and encode
-failure group gets it (``specgate.run.triage``), named by the catalogue or not.
+group's first case to the engine again and gives its line: every split, encode and
+render failure group gets it (``specgate.run.triage``), named by the catalogue or not
+(a render case is localized to its template construct by
+``specgate.diagnose.render_localize``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from typing import Any
 from oracle import pretokenize
 from oracle.byte_level import from_standin, to_standin
 from oracle.tokenizer import Tokenizer
+from specgate.diagnose.render_localize import cause_of as render_cause
+from specgate.diagnose.render_localize import localize_render_group
 
 #: Each pre-tokenizer arm as the pattern writes it (``oracle.pretokenize``).
 BRANCHES = {
@@ -267,11 +271,14 @@ def localize_split(tok: Tokenizer, text: str, got: Sequence[str]) -> str:
 def localize_group(
     engine: Any, record: Any, inp: dict[str, Any], model: Any, tokenizers: dict[str, Any]
 ) -> str:
-    """The localized line of a failing split or encode case (``record``, its input ``inp``):
-    the engine asked again, its answer localized against the model's oracle tokenizer
-    (``tokenizers`` caches them by model id)."""
+    """The localized line of a failing split, encode or render case (``record``, its input
+    ``inp``): the engine asked again, its answer localized against the model's oracle
+    tokenizer or chat template (``specgate.diagnose.render_localize``; ``tokenizers``
+    caches them by model id)."""
     from specgate.diagnose.tokenizer import ask
 
+    if record.stage == "render":
+        return localize_render_group(engine, inp, model, tokenizers)
     if record.model not in tokenizers:
         tokenizers[record.model] = Tokenizer.from_gguf(model.gguf)
     tok = tokenizers[record.model]
@@ -308,8 +315,11 @@ _LOCALIZED_CAUSES = (  # (pattern over the line, the cause it names): one per li
 def cause_of(line: str) -> str:
     """The cause a localized line names, without the case's own text (its pieces, offsets
     and merge ranks; a letter of any case is ``a letter``, a space, tab or line break
-    ``whitespace``): what groups of one cause share
-    (``specgate.run.triage.merge_by_cause``). Empty for a line that localizes nothing."""
+    ``whitespace``; a render line's template construct, ``render_localize.cause_of``): what
+    groups of one cause share (``specgate.run.triage.merge_by_cause``). Empty for a line that
+    localizes nothing."""
+    if line.startswith("render: "):
+        return render_cause(line)
     for pattern, cause in _LOCALIZED_CAUSES:
         if m := re.match(pattern, line, re.S):
             return _WHITESPACE.sub("whitespace", _LETTER.sub(r"a letter \\p{L}", cause.format(*m.groups())))

@@ -84,7 +84,7 @@ class Group:
     diagnosis: str = ""  # the named cause (``specgate.diagnose``), when a hypothesis reproduces the answers
     evidence: str = ""  # how many failing cases the deviated reference reproduces
     localized: str = (
-        ""  # the step inside the tokenizer the engine departs at (``specgate.diagnose.localize``)
+        ""  # the tokenizer step or template construct the engine departs at (``specgate.diagnose.localize``)
     )
     cause: str = ""  # the localized cause several groups shared (``merge_by_cause``): its heading
     sites: list[dict[str, Any]] = field(
@@ -548,15 +548,16 @@ def examine(
     return groups
 
 
-#: Seconds of asking the engine again to localize the tokenizer groups (one case each).
+#: Seconds of asking the engine again to localize the tokenizer and render groups (one case each).
 LOCALIZE_SECONDS = 60.0
-#: The stages whose failures are localized inside the tokenizer.
-LOCALIZED_STAGES = ("split", "encode")
+#: The stages whose failures are localized inside the tokenizer or the chat template.
+LOCALIZED_STAGES = ("split", "encode", "render")
 
 
 def localize_groups(groups: list[Group], engine: Any, clock: Callable[[], float] = time.monotonic) -> None:
-    """Every failing split or encode group, named or not, gets the line of where inside
-    the tokenizer its first replayable case departs (``specgate.diagnose.localize``):
+    """Every failing split, encode or render group, named or not, gets the line of where
+    inside the tokenizer (or which construct of the chat template) its first replayable
+    case departs (``specgate.diagnose.localize``, ``specgate.diagnose.render_localize``):
     one engine call per group, within ``LOCALIZE_SECONDS``; a group left without it
     says why."""
     from specgate.diagnose.localize import localize_group
