@@ -324,3 +324,39 @@ def cause_of(line: str) -> str:
         if m := re.match(pattern, line, re.S):
             return _WHITESPACE.sub("whitespace", _LETTER.sub(r"a letter \\p{L}", cause.format(*m.groups())))
     return ""
+
+
+#: What a cause's ``{0}`` can be, by its template (``_LOCALIZED_CAUSES``): a character class
+#: as ``char_class`` gives it and ``cause_of`` folds it (letters and whitespace of any kind as one).
+_CLASS = r"(?:whitespace|an? [a-z][a-z -]* \\p\{[A-Z][a-z]?\})"
+_FILLS = {
+    "normalization: the engine normalizes the text to {0}": r"NFK?C",
+    "pre-tokenizer: {0}": rf"{_CLASS} attached to {_CLASS}|{_CLASS} and {_CLASS} joined",
+    "pre-tokenizer: a reference piece cut between {0}": rf"{_CLASS} and {_CLASS}|its ends",
+}
+
+
+def causes() -> list[str]:
+    """The causes ``cause_of`` gives, as templates (``{0}``: the characters' classes, or the
+    normalization form): what ``is_cause`` accepts."""
+    return [cause for _, cause in _LOCALIZED_CAUSES]
+
+
+def is_cause(text: str) -> bool:
+    """Whether ``text`` is a cause ``cause_of`` can give (a report's heading of a localized
+    group, its JSON ``cause``): ``specgate search --given-cause`` takes nothing else."""
+    for cause in causes():
+        if "{0}" not in cause:
+            if text == cause:
+                return True
+            continue
+        head, tail = cause.split("{0}")
+        middle = text[len(head) : len(text) - len(tail)]
+        if (
+            len(text) > len(head) + len(tail)
+            and text.startswith(head)
+            and text.endswith(tail)
+            and re.fullmatch(_FILLS[cause], middle)
+        ):
+            return True
+    return False

@@ -46,6 +46,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "whitespace_run_whole: a parity report's diagnosis): the split/encode/decode search's "
         "reference is the oracle with them, so it finds the divergences they do not explain",
     )
+    s.add_argument(
+        "--given-cause",
+        action="append",
+        default=[],
+        metavar="CAUSE",
+        help="a localized cause taken as given (repeatable), as a parity report heads its group, e.g. "
+        '"special-token scan: a control token\'s text is cut out as its own segment in plain mode": '
+        "split/encode divergences localized to it are counted as explained, not kept",
+    )
+    s.add_argument(
+        "--given-from",
+        action="append",
+        default=[],
+        metavar="REPORT.json",
+        help="a parity report's JSON: its diagnosed tokenizer deviations (as --given) and localized "
+        "causes (as --given-cause) taken as given",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default="reports", help="report directory (default reports)")
     s.add_argument("--db", help="hypothesis example database (default <out>/search-db): resumes from it")
@@ -80,6 +97,11 @@ def main(args: argparse.Namespace) -> int:
         except UnknownGiven as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 2
+    try:  # localized causes and reports: one line, exit 4, before any engine starts
+        given, causes = _given(args)
+    except ValueError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 4
     try:
         check(args.impl)
         engine = resolve(args.impl)
@@ -91,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         result = run_search(
             engine, args.impl, stages=args.stages, models=args.models, budget=args.budget, seed=args.seed,
             database=Path(args.db) if args.db else out / "search-db", max_rss_mb=args.max_memory,
-            log=lambda line: print(line, flush=True), given=args.given,
+            log=lambda line: print(line, flush=True), given=given, given_causes=causes,
         )  # fmt: skip
     except SearchError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
@@ -112,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
     )
     if args.save_to:
         _save([Path(f.reproducer_path) for f in failures if f.reproducer_path])
+    if result.given_causes:
+        print(f"search: {report.explained_line(result)}")
     asked = sum(r.examples for r in result.runs)
     if not sum(r.answered for r in result.runs):  # nothing searched: never a clean bill
         print(
@@ -121,6 +145,24 @@ def main(args: argparse.Namespace) -> int:
         )
         return 1
     return 1 if failures or result.by_verdict(ORACLE_BUG) else 0
+
+
+def _given(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The catalogue names and localized causes taken as given: ``--given``, ``--given-cause``
+    and each ``--given-from`` report's (its notes printed); a ``ValueError`` (one line) for a
+    cause or report that names none."""
+    from specgate.search.given import from_report, given_cause
+
+    names, causes = list(args.given), [given_cause(c) for c in args.given_cause]
+    for path in args.given_from:
+        more_names, more_causes, notes = from_report(Path(path))
+        names += [n for n in more_names if n not in names]
+        causes += more_causes
+        for note in notes:
+            print(f"--given-from {path}: {note}")
+    if names or causes:
+        print(f"given: {', '.join([*names, *causes])}")
+    return names, list(dict.fromkeys(causes))
 
 
 def _save(paths: list[Path]) -> int:

@@ -23,8 +23,11 @@ def minimize(
     oracle: Any,
     budget: float,
     clock: Callable[[], float] = time.monotonic,
+    explained: Callable[[dict[str, Any], Any], str] | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """The smallest variant of ``inp`` found within ``budget`` seconds, and the checks run."""
+    """The smallest variant of ``inp`` found within ``budget`` seconds, and the checks run.
+    ``explained`` (the input and its verdict → a given cause, ``search.given.GivenCauses``):
+    a variant a given cause explains is no smaller reproducer of another bug."""
     deadline = clock() + budget
     seen: dict[str, bool] = {}
 
@@ -38,8 +41,10 @@ def minimize(
             except Exception:  # the oracle cannot take this variant: not a smaller reproducer
                 seen[key] = False
                 return False
-            seen[key] = verdict.outcome in ("fail", "error") and (
-                triage.signature(stage.gate_stage, verdict.outcome, verdict.message) == signature
+            seen[key] = (
+                verdict.outcome in ("fail", "error")
+                and triage.signature(stage.gate_stage, verdict.outcome, verdict.message) == signature
+                and not (explained is not None and explained(candidate, verdict))
             )
         return seen[key]
 

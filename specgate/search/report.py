@@ -117,11 +117,14 @@ def payload(result: SearchResult) -> dict[str, Any]:
                 "seconds": r.seconds,
                 "notes": r.notes,
                 "oracle_errors": r.oracle_errors,
+                "explained": sum(r.explained.values()),
             }
             for r in result.runs
         ],
         "skipped": result.skipped,
         "given": result.given,
+        "given_causes": result.given_causes,
+        "explained": result.explained,  # divergences the given causes explained, by cause: not findings
         "references_missing": result.references_missing,
         "findings": [
             {
@@ -143,6 +146,16 @@ def payload(result: SearchResult) -> dict[str, Any]:
     }
 
 
+def explained_line(result: SearchResult) -> str:
+    """What the given localized causes explained: a count, never a clean bill."""
+    n = sum(result.explained.values())
+    return (
+        f"{n} divergence{'s' if n != 1 else ''} explained by the given cause(s) — counted, not kept: "
+        "the split/encode divergences listed are those no given cause explains (localized against the "
+        "oracle's tokenizer; the engine still has the given causes' bugs)"
+    )
+
+
 def markdown(result: SearchResult) -> str:
     lines = [
         f"# Differential search: `{result.impl}`",
@@ -155,7 +168,12 @@ def markdown(result: SearchResult) -> str:
         "|---|---|---|---|---|",
     ]
     for r in result.runs:
-        notes = "; ".join(r.notes + [f"{len(r.oracle_errors)} oracle error(s)"] * bool(r.oracle_errors))
+        explained = sum(r.explained.values())
+        notes = "; ".join(
+            r.notes
+            + [f"{len(r.oracle_errors)} oracle error(s)"] * bool(r.oracle_errors)
+            + [f"{explained} explained by the given cause(s)"] * bool(explained)
+        )
         lines.append(f"| {r.stage} | {r.model} | {r.examples} | {len(r.candidates)} | {notes} |")
     if result.given:
         lines.append(
@@ -163,6 +181,9 @@ def markdown(result: SearchResult) -> str:
             "with these known deviations, so the divergences listed are those they do not explain "
             "(the references judged each against the spec'd oracle)"
         )
+    if result.given_causes:
+        lines.append("\n" + explained_line(result))
+        lines += [f"- {md_inline(c)}: {result.explained.get(c, 0)}" for c in result.given_causes]
     for why in result.skipped:
         lines.append(f"\nskipped: {why}")
     if result.references_missing:

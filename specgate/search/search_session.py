@@ -5,6 +5,7 @@ confirmed."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,16 @@ class SearchResult:
     references_missing: list[str] = field(default_factory=list)
     seconds: float = 0.0
     given: list[str] = field(default_factory=list)  # known deviations taken as given (``search.given``)
+    given_causes: list[str] = field(default_factory=list)  # localized causes taken as given (``GivenCauses``)
+
+    @property
+    def explained(self) -> dict[str, int]:
+        """Divergences the given causes explained (counted, not findings), by cause."""
+        out: dict[str, int] = {}
+        for r in self.runs:
+            for cause, n in r.explained.items():
+                out[cause] = out.get(cause, 0) + n
+        return out
 
     def by_verdict(self, verdict: str) -> list[Finding]:
         return [f for f in self.findings if f.confirmation.verdict == verdict]
@@ -112,12 +123,14 @@ def run_search(
     log: Callable[[str], None] = lambda line: None,
     clock: Callable[[], float] = time.monotonic,
     given: list[str] | None = None,
+    given_causes: list[str] | None = None,
 ) -> SearchResult:
     """Search ``engine`` against ``oracle`` (the live oracle by default; a test passes
     another) and confirm what diverges on ``references``. ``given``: known deviations
     (tokenizer catalogue names, ``specgate.search.given``) the search's reference takes
     on, so that it finds what they do not explain; the references still judge against
-    the spec'd ``oracle``."""
+    the spec'd ``oracle``. ``given_causes``: localized causes (``GivenCauses``) whose
+    split/encode divergences are counted as explained, not kept."""
     from impl.oracle import OracleEngine
 
     oracle = oracle if oracle is not None else OracleEngine()
@@ -126,6 +139,20 @@ def run_search(
     pairs = plan(engine, stages, models)
     result = SearchResult(impl, seed, budget, given=list(given or []))
     searched = oracle
+    causes = None
+    if given_causes:
+        from specgate.search.given import CAUSE_STAGES, GivenCauses, UnknownGiven
+
+        try:
+            causes = GivenCauses(given_causes)
+        except UnknownGiven as exc:
+            raise SearchError(str(exc)) from None
+        result.given_causes = causes.causes
+        others = sorted({s.name for s, _ in pairs if s.gate_stage not in CAUSE_STAGES})
+        if others:
+            log(
+                f"--given-cause applies to {', '.join(CAUSE_STAGES)}; {', '.join(others)} searched without it"
+            )
     if given:
         from specgate.search.given import GIVEN_STAGES, GivenOracle, UnknownGiven
 
@@ -151,12 +178,20 @@ def run_search(
         run = search_stage(
             stage, model_id, model, engine, reference,
             seed=seed, deadline=clock() + share, database=database, max_rss_mb=max_rss_mb, clock=clock,
+            given_causes=causes,
         )  # fmt: skip
-        log(f"  {run.examples} examples, {len(run.candidates)} divergence(s) from the oracle")
+        explained = sum(run.explained.values())
+        log(
+            f"  {run.examples} examples, {len(run.candidates)} divergence(s) from the oracle"
+            + (f", {explained} explained by the given cause(s)" if causes is not None else "")
+        )
         result.runs.append(run)
+        explains = None if causes is None else functools.partial(causes.explains, stage.gate_stage, model)
         for candidate in run.candidates.values():
             result.findings.append(
-                _settle(stage, model, candidate, engine, reference, refs, start + budget, clock, oracle)
+                _settle(
+                    stage, model, candidate, engine, reference, refs, start + budget, clock, oracle, explains
+                )
             )
             log(f"  {result.findings[-1].confirmation.verdict}: {candidate.signature}")
     result.references_missing = sorted(
@@ -181,6 +216,7 @@ def _settle(
     end: float,
     clock: Any,
     spec_oracle: Any = None,
+    explained: Any = None,
 ) -> Finding:
     """Minimize one candidate against ``oracle`` (the search's reference), then have the
     references judge the minimized input against ``spec_oracle`` (the spec'd oracle, when
@@ -191,7 +227,7 @@ def _settle(
     began = clock()
     budget = max(MINIMIZE_FLOOR, min(MINIMIZE_SECONDS, end - began))
     small, checks = minimize(
-        stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock
+        stage, model, candidate.input, candidate.signature, engine, oracle, budget, clock, explained
     )
     seconds = round(clock() - began, 3)
     confirmation = confirming.confirm(stage, model, small, engine, spec_oracle or oracle, refs)

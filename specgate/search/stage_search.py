@@ -129,6 +129,9 @@ class StageRun:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     oracle_errors: list[dict[str, Any]] = field(default_factory=list)
+    #: divergences a given localized cause explains (``search.given.GivenCauses``), by cause:
+    #: counted, never candidates
+    explained: dict[str, int] = field(default_factory=dict)
 
 
 def _rss_mb() -> float:
@@ -172,11 +175,12 @@ def search_stage(
     shrink_share: float = 0.3,
     max_rss_mb: float = 6000.0,
     clock: Callable[[], float] = time.monotonic,
+    given_causes: Any = None,
 ) -> StageRun:
     """Search one stage on one model until ``deadline`` (a ``clock`` time): ``StageSearch``."""
     search = StageSearch(
         stage, model_id, model, engine, oracle, deadline=deadline, shrink_share=shrink_share,
-        max_rss_mb=max_rss_mb, clock=clock,
+        max_rss_mb=max_rss_mb, clock=clock, given_causes=given_causes,
     )  # fmt: skip
     return search.run(seed, database)
 
@@ -185,7 +189,10 @@ class StageSearch:
     """One stage searched on one model: rounds of hypothesis examples (``run``), each
     input put to the engine and the oracle (``probe``); a new signature's first input
     shrunk within ``shrink_share`` of the time and ``settle``d, later inputs of a settled
-    signature kept as variants when their shape is new (``maybe_variant``)."""
+    signature kept as variants when their shape is new (``maybe_variant``). With
+    ``given_causes`` (``search.given.GivenCauses``), a divergence localized to a given cause
+    is counted as explained and passes: it is no candidate, no variant, and no smaller
+    input of a candidate (``minimized``)."""
 
     def __init__(
         self,
@@ -199,8 +206,10 @@ class StageSearch:
         shrink_share: float = 0.3,
         max_rss_mb: float = 6000.0,
         clock: Callable[[], float] = time.monotonic,
+        given_causes: Any = None,
     ) -> None:
         self.stage, self.model_id, self.model = stage, model_id, model
+        self.given_causes = given_causes
         self.engine, self.oracle = engine, oracle
         self.deadline, self.shrink_share, self.max_rss_mb, self.clock = (
             deadline,
@@ -231,7 +240,15 @@ class StageSearch:
         budget = min(VARIANT_SECONDS, max(0.0, self.deadline - self.clock()))
         if not budget:
             return inp
-        return minimize(self.stage, self.model, inp, sig, self.engine, self.oracle, budget, self.clock)[0]
+        return minimize(
+            self.stage, self.model, inp, sig, self.engine, self.oracle, budget, self.clock, self.explained
+        )[0]
+
+    def explained(self, inp: dict[str, Any], verdict: Any) -> str:
+        """The given cause a divergence is localized to (``""``: none, or no cause given)."""
+        if self.given_causes is None:
+            return ""
+        return self.given_causes.explains(self.stage.gate_stage, self.model, inp, verdict)
 
     def settle(self, sig: str) -> None:
         """A signature's first candidate, minimized, gives the first known shape."""
@@ -289,6 +306,9 @@ class StageSearch:
                 f"stopped: the engine refused or could not take all of the first {REFUSAL_PROBE} inputs"
             )
         if verdict.outcome not in ("fail", "error"):
+            return
+        if cause := self.explained(inp, verdict):  # a given cause's case: counted, then passing
+            run.explained[cause] = run.explained.get(cause, 0) + 1
             return
         sig = signature(self.stage.gate_stage, verdict.outcome, verdict.message)
         if sig in self.settled:
