@@ -97,7 +97,15 @@ def main(args: argparse.Namespace) -> int:
         except UnknownGiven as exc:
             print(f"specgate: {exc}", file=sys.stderr)
             return 2
-    try:  # localized causes and reports: one line, exit 4, before any engine starts
+    from specgate.search.given import given_cause
+
+    try:  # a cause that is none: a usage error, as an unknown --given name (one line, exit 2)
+        for cause in args.given_cause:
+            given_cause(cause)
+    except ValueError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return 2
+    try:  # a report that cannot be read or names no cause: a bad file (one line, exit 4)
         given, causes = _given(args)
     except ValueError as exc:
         print(f"specgate: {exc}", file=sys.stderr)

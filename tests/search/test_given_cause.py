@@ -111,19 +111,22 @@ def test_a_divergence_is_explained_from_the_answer_in_hand(tok: Tokenizer) -> No
 
 
 def test_an_unknown_cause_is_one_usage_line(tmp_path: Path) -> None:
-    """Exit 4 and one line (saying where causes are found), before any engine starts."""
-    for args, says in (
+    """One line (saying where causes are found), before any engine starts: exit 2 for a
+    cause that is none (a usage error, as an unknown ``--given`` name), 4 for a report that
+    cannot be read (a bad file, as ``--save-to corpus --from``)."""
+    for args, says, status in (
         (
             ["--given-cause", ""],
             "not a localized cause; a localized cause is a parity report's group heading",
+            2,
         ),
-        (["--given-from", str(tmp_path / "missing.json")], "--given-from: cannot read "),
+        (["--given-from", str(tmp_path / "missing.json")], "--given-from: cannot read ", 4),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "specgate", "search", "--impl", "oracle", "--out", str(tmp_path), *args],
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        assert proc.returncode == 4 and proc.stdout == "", proc
+        assert proc.returncode == status and proc.stdout == "", proc
         assert proc.stderr.startswith("specgate: --given-") and proc.stderr.count("\n") == 1, proc.stderr
         assert says in proc.stderr, proc.stderr
 
