@@ -142,15 +142,11 @@ def test_every_tokenizer_group_of_a_run_gets_its_localized_line(tmp_path, tok: T
     catalogue does not name —, control tokens parsed in plain mode) gated on split and
     encode: every failing group, named or not, says the step it departs at, in the JSON,
     Markdown and HTML reports."""
-    from pathlib import Path
+    from tests.engines.parity_run import planted_run
 
-    from tests.engines.parity_run import run_parity, script_impl
-
-    engine = Path(__file__).resolve().parents[1] / "engines" / "fixable_tokenizer.py"
-    run = run_parity(
-        tmp_path, script_impl(engine, "--defects=nfc,digits2,specials_in_plain"), "split,encode", MODEL,
-        "--shrink-budget", "0", "-p", "no:xdist",
-    )  # fmt: skip
+    run = planted_run(
+        tmp_path, "fixable_tokenizer.py", "nfc,digits2,specials_in_plain", "split,encode", MODEL
+    )
     assert run.status == 1, run.output[-3000:]
     failing = [g for g in run.report["groups"] if g["outcome"] == "fail"]
     steps = {g["localized"].split(":")[0] for g in failing}

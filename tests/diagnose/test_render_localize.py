@@ -292,13 +292,9 @@ def test_a_render_group_of_a_run_gets_its_localized_line(tmp_path: Path, qwen3: 
     render: its failing groups say the construct the missing text comes from, in the JSON
     and Markdown reports."""
     from specgate.safe_io.text_safety import md_text
-    from tests.engines.parity_run import run_parity, script_impl
+    from tests.engines.parity_run import planted_run
 
-    engine = Path(__file__).resolve().parents[1] / "engines" / "fixable_template.py"
-    run = run_parity(
-        tmp_path, script_impl(engine, "--defects=no_gen"), "render", MODEL,
-        "--shrink-budget", "0", "-p", "no:xdist",
-    )  # fmt: skip
+    run = planted_run(tmp_path, "fixable_template.py", "no_gen", "render", MODEL)
     assert run.status == 1, run.output[-3000:]
     failing = [g for g in run.report["groups"] if g["outcome"] == "fail"]
     header = text_of(qwen3.source, "'<|im_start|>assistant\\n' }}")

@@ -86,3 +86,20 @@ def run_parity(
         report_bytes=size, own_peak_bytes=peaks.get("own_peak_bytes"),
         own_peaks={part: peaks[f"own_peak_{part}_bytes"] for part in ("anon", "file", "pss")} if measure else None,
     )  # fmt: skip
+
+
+def planted_run(tmp_path: Path, engine: str, defects: str, stages: str, models: str) -> ParityRun:
+    """A planted engine of ``tests/engines`` (``engine``: its file name) with ``--defects``,
+    gated on ``stages`` as a user would, without shrinking (its groups do not depend on it),
+    in one process (its groups need no merging of workers' records)."""
+    script = ROOT / "tests" / "engines" / engine
+    return run_parity(
+        tmp_path,
+        script_impl(script, f"--defects={defects}"),
+        stages,
+        models,
+        "--shrink-budget",
+        "0",
+        "-p",
+        "no:xdist",
+    )
