@@ -31,11 +31,6 @@ _forward_models = PerModel(limit=1)
 # Every point of the last traced prompts (``_trace_all``): a trace walk asks one prompt several
 # times for other points and positions, and each is read here instead of a new forward pass.
 _traced = PerModel(limit=2)
-# Each session chunk's keys, values and logits (``_SessionModel``), under the cache it was
-# appended to, newest last; at most ``CHUNK_BYTES`` in all.
-_chunks: OrderedDict[tuple[Any, ...], tuple[Any, Any, np.ndarray]] = OrderedDict()
-#: 256 MiB: the 0.5B model's keys and values are 24 KiB a token and a last-position row 0.6 MB.
-CHUNK_BYTES = 256 << 20
 # The logits after each token sequence the decode loop asked for (``_Remembering``), newest last.
 _decoded: OrderedDict[tuple[Path, tuple[int, ...]], np.ndarray] = OrderedDict()
 #: How many such rows are kept: 78 MB of a 151,936-token vocabulary, the streams of four
@@ -72,25 +67,6 @@ def release_forward() -> None:
     _forward_models.clear()
     _traced.clear()
     _decoded.clear()
-    _chunks.clear()
-
-
-def _chunk_bytes(entry: tuple[Any, Any, np.ndarray]) -> int:
-    keys, values, logits = entry
-    return sum(a.nbytes for a in (*keys, *values)) + logits.nbytes
-
-
-def _remember_chunk(key: tuple[Any, ...], keys: Any, values: Any, logits: np.ndarray) -> None:
-    """Keep a session chunk's work (``_SessionModel``), dropping the least recently read
-    beyond ``CHUNK_BYTES``; a chunk larger than that alone is not kept."""
-    entry = (keys, values, logits)
-    if _chunk_bytes(entry) > CHUNK_BYTES:
-        return
-    _chunks[key] = entry
-    total = sum(_chunk_bytes(e) for e in _chunks.values())
-    while total > CHUNK_BYTES:
-        _, dropped = _chunks.popitem(last=False)
-        total -= _chunk_bytes(dropped)
 
 
 def check_points(points: Sequence[str], n_layer: int) -> None:
@@ -170,16 +146,7 @@ class _SessionModel:
     forward ``Model`` for its weights, with the session's own KV cache put in place for
     each call and taken out after it — so no other request (logits, trace, generate,
     another session) reads or resets it, and dropping the weights (``release_forward``)
-    keeps it.
-
-    Each chunk's work is remembered (``_chunks``): the keys and values it added and the
-    logits it answered, under how the cache it was appended to was made (every chunk
-    appended since the session began, and how much of each a truncate kept) and the chunk
-    itself. A session that repeats another's appends from the same state — a warm or
-    repeated generation, a second session over the same prefix, the same conversation in
-    another stage — reads them instead of running the model. The remembered rows are the
-    rows that computation gives, bit for bit: an answer never depends on which cases ran
-    before it (a chunk cut differently is another key, computed)."""
+    keeps it."""
 
     def __init__(self, path: Path) -> None:
         from oracle.kv_cache import KVCache
@@ -187,50 +154,23 @@ class _SessionModel:
         self.path = path
         hp, n_ctx = self._shared().hparams, self._shared().n_ctx
         self.cache = KVCache(hp.n_layer, hp.n_head_kv, hp.head_dim, n_ctx)
-        self.made: tuple[tuple[tuple[int, ...], int], ...] = ()  # (chunk, positions of it kept), in order
 
     def _shared(self) -> Any:
         return _forward_models.get(self.path, lambda: load_forward_model(self.path))
 
     def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
-        chunk = tuple(int(i) for i in ids)
-        key = (self.path, self.made, chunk, None if outputs is None else tuple(outputs))
-        if key in _chunks:
-            _chunks.move_to_end(key)
-            keys, values, logits = _chunks[key]
-            self.cache.check_room(len(chunk))
-            for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-                self.cache.append(layer, k, v)
-            self.cache.advance(len(chunk))
-        else:
-            start = self.cache.n_past
-            forward = self._shared()
-            own, forward.cache = forward.cache, self.cache
-            try:
-                logits = forward.prefill(ids, outputs=outputs)
-            finally:
-                forward.cache = own
-            end = self.cache.n_past
-            keys, values = zip(
-                *(self.cache.rows(layer, start, end) for layer in range(self.cache.n_layer)), strict=True
-            )
-            _remember_chunk(key, keys, values, np.array(logits))
-        self.made += ((chunk, len(chunk)),)
-        return np.array(logits)
+        forward = self._shared()
+        own, forward.cache = forward.cache, self.cache
+        try:
+            return forward.prefill(ids, outputs=outputs)
+        finally:
+            forward.cache = own
 
     def truncate(self, n: int) -> None:
         self.cache.truncate(n)
-        made, held = [], 0
-        for chunk, kept in self.made:
-            if held >= n:
-                break
-            made.append((chunk, min(kept, n - held)))
-            held += made[-1][1]
-        self.made = tuple(made)
 
     def reset(self) -> None:
         self.cache.reset()
-        self.made = ()
 
 
 #: The most sessions one oracle engine keeps open (a KV cache each: ~12 kB a token on the

@@ -63,12 +63,6 @@ class KVCache:
         self._v[layer][:, self.n_past : end] = v
         return self._k[layer][:, :end], self._v[layer][:, :end]
 
-    def rows(self, layer: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        """A copy of the layer's keys and values of positions ``start .. end - 1`` (cached)."""
-        if not 0 <= start <= end <= self.n_past:
-            raise ValueError(f"positions {start}..{end - 1} are not in the cache (it holds {self.n_past})")
-        return self._k[layer][:, start:end].copy(), self._v[layer][:, start:end].copy()
-
     def advance(self, n_new: int) -> None:
         """Commit ``n_new`` positions once every layer has appended them."""
         self.n_past += n_new
