@@ -205,13 +205,13 @@ def test_the_rare_bug_is_found_given_the_frequent_bugs_localized_cause(
 ) -> None:
     """Same seed, same budget (``BUDGET`` clock readings, ~1,500 encode examples: fewer than the
     default ``--budget`` gives the encode stage, as ``test_given`` measured). Without the
-    cause given, the frequent bug's few variants fill the signature's cap and the rare bug
-    is not reported (seed 0: the astral bug ~700 times, one real variant per shape); given
-    it, the rare bug is reported, minimized and confirmed, no finding is of the given
-    cause, and the report counts the divergences it explained."""
+    cause given, the frequent bug fills the findings (the astral bug ~700 times); whether the
+    rare one also shows then depends on which examples the search draws (it did not where
+    this test was written, it did in a fresh-clone CI run): not asserted. Given the cause,
+    the rare bug is reported, minimized and confirmed, no finding is of the given cause,
+    and the report counts the divergences it explained."""
     masked = _search("astral_fffd,control_text_cut", [])
-    assert masked.findings and RARE not in _causes(masked, tok), [f.input for f in masked.findings]
-    assert FREQUENT in _causes(masked, tok) and masked.explained == {}
+    assert masked.findings and FREQUENT in _causes(masked, tok) and masked.explained == {}
 
     found = _search("astral_fffd,control_text_cut", [FREQUENT])
     assert RARE in _causes(found, tok) and FREQUENT not in _causes(found, tok), [
