@@ -100,13 +100,12 @@ def main(args: argparse.Namespace) -> int:
     from specgate.search.given import given_cause
 
     try:  # a cause that is none: a usage error, as an unknown --given name (one line, exit 2)
-        for cause in args.given_cause:
-            given_cause(cause)
+        stated = [given_cause(cause) for cause in args.given_cause]
     except ValueError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 2
     try:  # a report that cannot be read or names no cause: a bad file (one line, exit 4)
-        given, causes = _given(args)
+        given, causes = _given(args, stated)
     except ValueError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
         return 4
@@ -155,13 +154,13 @@ def main(args: argparse.Namespace) -> int:
     return 1 if failures or result.by_verdict(ORACLE_BUG) else 0
 
 
-def _given(args: argparse.Namespace) -> tuple[list[str], list[str]]:
-    """The catalogue names and localized causes taken as given: ``--given``, ``--given-cause``
-    and each ``--given-from`` report's (its notes printed); a ``ValueError`` (one line) for a
-    cause or report that names none."""
-    from specgate.search.given import from_report, given_cause
+def _given(args: argparse.Namespace, stated: list[str]) -> tuple[list[str], list[str]]:
+    """The catalogue names and localized causes taken as given: ``--given``, the
+    ``--given-cause`` causes (``stated``, read once by the caller) and each ``--given-from``
+    report's (its notes printed); a ``ValueError`` (one line) for a report that names none."""
+    from specgate.search.given import from_report
 
-    names, causes = list(args.given), [given_cause(c) for c in args.given_cause]
+    names, causes = list(args.given), list(stated)
     for path in args.given_from:
         more_names, more_causes, notes = from_report(Path(path))
         names += [n for n in more_names if n not in names]
