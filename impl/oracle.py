@@ -20,7 +20,8 @@ from impl.protocol import Engine, Messages, ModelRef
 from oracle import gguf
 
 # A parsed 150k-token vocabulary is ~0.1 GB and its tokenizer ~0.05-0.15 GB; the gates walk
-# the models one after another, so four of each keep every model loaded once per module.
+# the models one after another (all stages of one model, then the next), so four of each keep
+# every model loaded once per run.
 _ggufs = PerModel(limit=4)  # parsed headers and vocabularies (tensors stay memory-mapped)
 _tokenizers = PerModel(limit=4)  # each keeps its piece cache while it is cached
 _chat_templates = PerModel(limit=32)

@@ -13,12 +13,13 @@ A string is ``u64 length | bytes``; an array is ``u32 elem_type | u64 count | el
 Every read is bounds-checked, so a malformed file is a ``GGUFError`` naming what is
 wrong and where — never a traceback, an endless loop or a huge allocation. Arrays
 of numbers become numpy arrays in one ``frombuffer``; only string arrays are
-walked element by element, which keeps loading a 150k-token vocabulary well under
-a second. Tensor bytes are never read until asked for.
+walked element by element (and decoded once per process for the same bytes), which
+keeps loading a 150k-token vocabulary well under a second. Tensor bytes are never read until asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
 from dataclasses import dataclass
@@ -112,26 +113,28 @@ class _Cursor:
             ) from None
 
     def strings(self, n: int, what: str) -> list[str]:
-        """``n`` strings in one tight loop: vocabularies hold ~150k of them."""
-        buf, pos, end, out = self.buf, self.pos, len(self.buf), []
-        append, unpack = out.append, _U64.unpack_from
+        """``n`` strings: their lengths walked and bounds-checked here, the block then
+        decoded by content (``_decoded_strings``) — the tiny models and the real ones
+        share a vocabulary, and a session opens each file again per stage."""
+        buf, start, end, unpack = self.buf, self.pos, len(self.buf), _U64.unpack_from
+        pos, i = start, 0
         try:
-            for _ in range(n):
+            for i in range(n):  # i names the string a truncation cuts
                 (length,) = unpack(buf, pos)
                 pos += 8
                 if pos + length > end:
                     raise GGUFError(
-                        f"{self.path}: truncated file: {what}[{len(out)}] of {length} bytes at offset {pos}"
+                        f"{self.path}: truncated file: {what}[{i}] of {length} bytes at offset {pos}"
                     )
-                append(str(buf[pos : pos + length], "utf-8"))
                 pos += length
         except struct.error:
+            raise GGUFError(f"{self.path}: truncated file: {what}[{i}] length at offset {pos}") from None
+        try:
+            out = list(_decoded_strings(bytes(buf[start:pos]), n))
+        except _BadString as exc:
+            index, offset, reason = exc.args
             raise GGUFError(
-                f"{self.path}: truncated file: {what}[{len(out)}] length at offset {pos}"
-            ) from None
-        except UnicodeDecodeError as exc:
-            raise GGUFError(
-                f"{self.path}: {what}[{len(out)}] is not valid UTF-8 at offset {pos}: {exc}"
+                f"{self.path}: {what}[{index}] is not valid UTF-8 at offset {start + offset}: {reason}"
             ) from None
         self.pos = pos
         return out
@@ -154,6 +157,29 @@ class _Cursor:
             arr = np.frombuffer(self.take(n * dtype.itemsize, what), dtype)
             return arr.astype(bool) if etype == 7 else arr
         raise GGUFError(f"{self.path}: unknown value type {vtype} for {what} at offset {self.pos - 4}")
+
+
+class _BadString(Exception):
+    """A string of a block is not UTF-8: (its index, the offset of its bytes in the block, why)."""
+
+
+@functools.lru_cache(maxsize=4)
+def _decoded_strings(block: bytes, n: int) -> tuple[str, ...]:
+    """The ``n`` length-prefixed UTF-8 strings of a block whose lengths were checked
+    (``_Cursor.strings``). Kept by content for the last few blocks: a vocabulary and its
+    merges are ~0.3 s to decode, and every tiny model holds the same ones. A tuple: the
+    strings are shared, the list each file gets is its own."""
+    out: list[str] = []
+    append, unpack, pos = out.append, _U64.unpack_from, 0
+    for index in range(n):
+        (length,) = unpack(block, pos)
+        pos += 8
+        try:
+            append(block[pos : pos + length].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise _BadString(index, pos, str(exc)) from None
+        pos += length
+    return tuple(out)
 
 
 def _type_name(vtype: int, value: Any) -> str:

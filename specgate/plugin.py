@@ -37,6 +37,7 @@ from specgate.reports import run_end
 from specgate.run import interrupts, outcome, params, setup_check, startup, usage, wire
 from specgate.run.options import add_options, add_snapshot_dir_option, strict_mode  # noqa: F401
 from specgate.run.selection import (
+    group_by_model,
     keep_sample,
     keep_shard,
     keep_stages,
@@ -115,6 +116,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     usage.check_models_gated(config, items)
     keep_shard(config, items)
     keep_sample(config, items)
+    group_by_model(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

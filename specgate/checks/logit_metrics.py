@@ -38,6 +38,16 @@ def log_softmax(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return z - lse, lse[..., 0]
 
 
+def all_finite(a: np.ndarray) -> bool:
+    """Whether every element of a float array is finite. A NaN or an infinity makes the
+    sum NaN or infinite, so a finite sum proves it in one pass with no [T, n_vocab]
+    mask; only a sum that is not finite (or overflowed) has the elements looked at."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.add.reduce(a, axis=None)):
+            return True
+    return bool(np.isfinite(a).all())
+
+
 def record_positions(n: int, limit: int) -> list[int]:
     """Every position of a short sequence; ``limit`` evenly spaced ones (first and last
     included) of a longer one — long prompts would otherwise dominate snapshot size."""
@@ -153,8 +163,13 @@ def compare_topk(
         rows = slice(start, start + CHUNK_POSITIONS)
         g = np.asarray(got[positions[rows]], dtype=np.float64)
         sel[rows] = np.take_along_axis(g, ids[rows], axis=-1)
-        lq[rows] = np.take_along_axis(log_softmax(g)[0], ids[rows], axis=-1)
         g_top[rows] = g.argmax(-1)
+        # log_softmax(g) read at the recorded ids only: z[ids] - lse, lse = m + log Σ exp(z - m)
+        # (the same float64 operations, in place: no [rows, n_vocab] log-probability array)
+        m = np.take_along_axis(g, g_top[rows, None], axis=-1)
+        g -= m
+        np.exp(g, out=g)
+        lq[rows] = sel[rows] - (m + np.log(g.sum(axis=-1, keepdims=True)))
         del g
     p, q = np.exp(lp), np.exp(lq)
     p_rest = np.clip(1.0 - p.sum(-1), 1e-300, None)

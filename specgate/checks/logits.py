@@ -82,7 +82,7 @@ def well_formed(case: dict[str, Any], got: Any) -> str | None:
     got = np.asarray(got)
     if got.ndim != 2 or got.shape[0] != len(case["ids"]):
         return f"logits shape {got.shape}, expected [{len(case['ids'])}, n_vocab]"
-    if not np.isfinite(got).all():
+    if not logit_metrics.all_finite(got):
         return f"non-finite logits at positions {np.flatnonzero(~np.isfinite(got).all(-1))[:10]}"
     return None
 

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from oracle.trace import HEADED, LAYER_POINTS, split_point
+from specgate.checks.logit_metrics import all_finite
 
 # exact: an f32 engine against transformers' float32 forward on the same dequantized
 # weights. Measured, the oracle against the trace snapshots (every point of every layer):
@@ -116,7 +117,7 @@ def compare(point: str, ref: np.ndarray, got: Any, tol: float, head_dim: int) ->
     if got.shape != ref.shape:
         return PointDiff(point, np.inf, tol, np.inf,
                          shape_problem=f"shape {list(got.shape)}, reference {list(ref.shape)}")  # fmt: skip
-    if not np.isfinite(got).all():
+    if not all_finite(got):
         bad = np.flatnonzero(~np.isfinite(got).all(-1)).tolist()
         return PointDiff(point, np.inf, tol, np.inf, positions=bad,
                          shape_problem=f"non-finite values at positions {ranges(bad)}")  # fmt: skip

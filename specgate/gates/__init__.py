@@ -1,6 +1,7 @@
 """The stage gates: one thin test module per stage, parametrized by the specgate plugin
 over (model x case) from the snapshots. ``specgate parity`` runs them (``specgate.parity``);
-``conftest.py`` here drops the forward weights after each module (``release_forward_weights``)."""
+The plugin runs the cases model by model (``specgate.run.selection.group_by_model``), and
+``conftest.py`` here drops the forward weights when the model changes (``release_forward_weights``)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ def free_unused_memory() -> None:
 
 
 def release_forward_weights(specgate: Any) -> None:
-    """Forward weights are dropped after each test module — the oracle's float32 ``Model``
-    (~2 GB for the 0.5B) and every live reference's (transformers' float32 model,
-    llama.cpp's full context with its n_ctx x n_vocab logits buffer): a module that ran
-    the 0.5B last must not hold it through the modules after it. Tokenizers and parsed
+    """Forward weights are dropped when the gates move on to another model — the oracle's
+    float32 ``Model`` (~2 GB for the 0.5B) and every live reference's (transformers' float32
+    model, llama.cpp's full context with its n_ctx x n_vocab logits buffer): the 0.5B's
+    must not be held through the models after it. Tokenizers and parsed
     vocabularies stay (reloading transformers' GGUF tokenizer takes ~20 s)."""
     oracle = sys.modules.get("impl.oracle")
     if oracle is not None:

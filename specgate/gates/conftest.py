@@ -6,8 +6,13 @@ import pytest
 from specgate.gates import release_forward_weights
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _forward_weights_live_one_module(specgate):
-    """The forward weights go after each gate module (``release_forward_weights``)."""
-    yield
-    release_forward_weights(specgate)
+@pytest.fixture(autouse=True)
+def _forward_weights_live_one_model(specgate, request):
+    """The forward weights go when the gates move on to another model
+    (``release_forward_weights``): the plugin runs the gate cases model by model."""
+    params = getattr(request.node, "callspec", None)
+    model_id = params.params.get("model_id") if params is not None else None
+    if model_id != specgate.weights_model:
+        if specgate.weights_model is not None:
+            release_forward_weights(specgate)
+        specgate.weights_model = model_id

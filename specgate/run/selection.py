@@ -204,3 +204,23 @@ def keep_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
     if drop:
         config.hook.pytest_deselected(items=[i for i in items if i in drop])
         items[:] = [i for i in items if i not in drop]
+
+
+def group_by_model(items: list[pytest.Item]) -> None:
+    """Order the gate cases model by model (in the order the models first appear), each
+    model's stages and cases in their collected order; other tests keep their places.
+    A model's weights, vocabulary and tokenizer are then loaded once for all its stages,
+    not once per stage module (``specgate.gates`` drops them when the model changes)."""
+    slots = [i for i, item in enumerate(items) if row_stage(item) is not None]
+    first: dict[str, int] = {}
+    for i in slots:
+        first.setdefault(model_of(items[i]), i)
+    ordered = sorted((items[i] for i in slots), key=lambda item: first[model_of(item)])  # stable
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
+def model_of(item: pytest.Item) -> str:
+    """The model a gate item is parametrized with ('' for none)."""
+    params = getattr(item, "callspec", None)
+    return str(params.params.get("model_id", "")) if params is not None else ""

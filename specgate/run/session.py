@@ -78,6 +78,7 @@ class SpecgateSession:
     report_name: str = ""  # --report-name: the report stem's source instead of the impl string
     models: dict[str, ModelRef] = field(default_factory=dict)  # --model spec or user GGUF id -> ModelRef
     references: dict[str, Engine] = field(default_factory=dict)  # live reference adapters, loaded once
+    weights_model: str | None = None  # the model whose forward weights the gates hold now
     snapshots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (model, stage) -> cases
     setup_problems: list[str] = field(default_factory=list)  # unreadable snapshots met while parametrizing
     setup_error: str = ""  # a pytest-xdist worker's setup problem, reported by the controller

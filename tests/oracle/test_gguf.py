@@ -300,3 +300,43 @@ def test_corrupted_real_header_never_escapes_as_another_exception(real_header, t
         assert str(path) in str(exc), f"error does not name the file: {exc}"
     elapsed = time.process_time() - t0
     assert elapsed < 1.0, f"{how}: took {elapsed:.2f}s of CPU"
+
+
+def _token_at(data: bytes, token: bytes) -> int:
+    """Offset of ``token``'s bytes in the vocabulary block (after its u64 length)."""
+    return data.index(struct.pack("<Q", len(token)) + token) + 8
+
+
+def test_invalid_utf8_token_is_named_with_its_index_and_file_offset(tmp_path):
+    tokens = ["a", "b", "zq", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    data = bytearray(write_gguf(tmp_path / "ok.gguf", tokens=tokens).read_bytes())
+    at = _token_at(data, b"zq")
+    data[at] = 0xFF  # never a UTF-8 byte
+    (tmp_path / "bad.gguf").write_bytes(bytes(data))
+    with pytest.raises(
+        GGUFError, match=rf"'tokenizer\.ggml\.tokens'\[2\] is not valid UTF-8 at offset {at}:"
+    ):
+        open_gguf(tmp_path / "bad.gguf")
+
+
+def test_a_string_running_past_the_end_is_named(tmp_path):
+    data = bytearray(_valid(tmp_path))
+    at = _token_at(data, b"ab") - 8
+    data[at : at + 8] = struct.pack("<Q", len(data))  # the length of "ab" now reaches past the file
+    (tmp_path / "bad.gguf").write_bytes(bytes(data))
+    with pytest.raises(GGUFError, match=r"truncated file: 'tokenizer\.ggml\.tokens'\[2\] of \d+ bytes"):
+        open_gguf(tmp_path / "bad.gguf")
+
+
+def test_string_arrays_are_read_by_content_and_each_file_owns_its_list(tmp_path):
+    """Decoded string blocks are kept by their bytes: two files whose vocabularies differ
+    in one token each read their own, and a list changed by one reader is not another's."""
+    base = ["a", "b", "ab", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    one = open_gguf(write_gguf(tmp_path / "one.gguf", tokens=base))
+    twin = open_gguf(write_gguf(tmp_path / "twin.gguf", tokens=base))
+    other = open_gguf(write_gguf(tmp_path / "other.gguf", tokens=[*base[:2], "ba", *base[3:]]))
+    assert one.metadata["tokenizer.ggml.tokens"] == base == twin.metadata["tokenizer.ggml.tokens"]
+    assert other.metadata["tokenizer.ggml.tokens"][2] == "ba"
+    one.metadata["tokenizer.ggml.tokens"].append("mutated")
+    assert twin.metadata["tokenizer.ggml.tokens"] == base
+    assert open_gguf(tmp_path / "one.gguf").metadata["tokenizer.ggml.tokens"] == base
