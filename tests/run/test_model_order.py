@@ -9,7 +9,7 @@ from itertools import groupby
 from tests.engines.parity_run import run_parity
 
 MODELS = "tiny-qwen2-f32,tiny-qwen3-q8_0"
-STAGES = "logits,sample,generate,trace,state_incremental,state_reuse"
+STAGES = "logits,trace,state_incremental"
 
 
 def test_each_model_runs_its_stages_together_and_loads_its_weights_once(tmp_path):
