@@ -39,8 +39,9 @@ from tests.memory_profile import tree_bytes  # noqa: E402  (the suite's own tree
 
 #: How often the gate run's memory is sampled. Reading the proportional set sizes walks every
 #: mapped page of the process (the 0.5B's 2 GB of weights) under its memory-map lock, which
-#: stalls its page faults: sampled every 0.2 s, the same commits' gate runs took 177 and 146 s
-#: against 141 and 111 s run bare, one after the other on the same quiet machine.
+#: stalls its page faults. One commit's gate run on the same quiet machine: 146 s sampled
+#: every 0.2 s, 123 and 130 s every 2 s, 111 and 116 s run bare. Compare commits within
+#: one sitting of this script (the same perturbation on both), not with a bare run.
 SAMPLE_SECONDS = 2.0
 
 
