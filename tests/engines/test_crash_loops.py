@@ -140,8 +140,11 @@ def test_a_model_the_engine_cannot_load_costs_one_death(tmp_path: Path) -> None:
         model_missing(f"{BAD}; run: specgate models fetch {BAD}")
     starts, requests = tmp_path / "starts", tmp_path / "requests"
     start = time.monotonic()
+    # The bad model first: the gates run model by model, so the good model's cases come after
+    # its deaths and are asked of a third process (with the bad model last, nothing follows
+    # its second death and two processes suffice).
     run = run_parity(
-        tmp_path, script_impl(ENGINE, "model"), ",".join(ROWS), f"{GOOD},{BAD}", "--max-cases", "40",
+        tmp_path, script_impl(ENGINE, "model"), ",".join(ROWS), f"{BAD},{GOOD}", "--max-cases", "40",
         "-p", "no:xdist", "--diagnose-budget", "0", "--shrink-budget", "0", timeout=RUN_DEADLINE_S,
         env={"CRASHING_ENGINE_STARTS": str(starts), "CRASHING_ENGINE_REQUESTS": str(requests),
              "CRASHING_ENGINE_BAD_MODEL": BAD, "CRASHING_ENGINE_LOAD": "0.2"},
