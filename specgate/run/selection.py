@@ -169,10 +169,10 @@ def keep_shard(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(str(exc)) from None
 
     def case_of(item: pytest.Item) -> tuple[str, str, str] | None:
-        stage, params = row_stage(item), getattr(item, "callspec", None)
-        if stage is None or params is None or not isinstance(params.params.get("model_id"), str):
+        stage, model = row_stage(item), model_of(item)
+        if stage is None or model is None:
             return None
-        return stage, params.params["model_id"], str(params.params.get("case_id", item.nodeid))
+        return stage, model, str(item.callspec.params.get("case_id", item.nodeid))
 
     cases = {item: case_of(item) for item in items}
     mine = split_cases([c for c in cases.values() if c is not None], *shard, costs)
@@ -193,9 +193,9 @@ def keep_sample(config: pytest.Config, items: list[pytest.Item]) -> None:
         return
     rows: dict[tuple[str, str], list[pytest.Item]] = {}
     for item in items:
-        stage, params = row_stage(item), getattr(item, "callspec", None)
-        if stage is not None and params is not None:
-            rows.setdefault((stage, str(params.params.get("model_id"))), []).append(item)
+        stage = row_stage(item)
+        if stage is not None and getattr(item, "callspec", None) is not None:
+            rows.setdefault((stage, str(model_of(item))), []).append(item)
     drop = set()
     for row in rows.values():
         if len(row) > limit:
@@ -212,7 +212,7 @@ def group_by_model(items: list[pytest.Item]) -> None:
     A model's weights, vocabulary and tokenizer are then loaded once for all its stages,
     not once per stage module (``specgate.gates`` drops them when the model changes)."""
     slots = [i for i, item in enumerate(items) if row_stage(item) is not None]
-    first: dict[str, int] = {}
+    first: dict[str | None, int] = {}
     for i in slots:
         first.setdefault(model_of(items[i]), i)
     ordered = sorted((items[i] for i in slots), key=lambda item: first[model_of(item)])  # stable
@@ -220,7 +220,8 @@ def group_by_model(items: list[pytest.Item]) -> None:
         items[i] = item
 
 
-def model_of(item: pytest.Item) -> str:
-    """The model a gate item is parametrized with ('' for none)."""
+def model_of(item: pytest.Item) -> str | None:
+    """The model id a gate item is parametrized with (None for none)."""
     params = getattr(item, "callspec", None)
-    return str(params.params.get("model_id", "")) if params is not None else ""
+    model = params.params.get("model_id") if params is not None else None
+    return model if isinstance(model, str) else None
