@@ -7,6 +7,7 @@ from independent references (transformers, llama.cpp, tiktoken, CPython regex).
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from impl.append_memo import AppendMemo
 from impl.envvars import weights_store_dir
 from impl.loaded import PerModel
 from impl.protocol import Engine, Messages, ModelRef
@@ -29,6 +31,9 @@ _chat_templates = PerModel(limit=32)
 # kept matrices are mapped from the weights store (``impl.envvars.weights_store_dir``), dequantized
 # once per machine.
 _forward_models = PerModel(limit=1)
+# The appends each loaded forward model computed for sessions (``_SessionModel``): the memo dies
+# with the weights it was computed on.
+_append_memos: weakref.WeakKeyDictionary[Any, AppendMemo] = weakref.WeakKeyDictionary()
 # Every point of the last traced prompts (``_trace_all``): a trace walk asks one prompt several
 # times for other points and positions, and each is read here instead of a new forward pass.
 _traced = PerModel(limit=2)
@@ -160,12 +165,21 @@ class _SessionModel:
         return _forward_models.get(self.path, lambda: load_forward_model(self.path))
 
     def prefill(self, ids: Sequence[int], outputs: Sequence[int] | None = None) -> np.ndarray:
-        forward = self._shared()
-        own, forward.cache = forward.cache, self.cache
-        try:
-            return forward.prefill(ids, outputs=outputs)
-        finally:
-            forward.cache = own
+        """``ids`` appended to the session's cache; an append this model computed before on
+        a cache of the same contents is read from its memo (``impl.append_memo``)."""
+        forward, cache = self._shared(), self.cache
+
+        def compute() -> np.ndarray:
+            own, forward.cache = forward.cache, cache
+            try:
+                return forward.prefill(ids, outputs=outputs)
+            finally:
+                forward.cache = own
+
+        memo = _append_memos.get(forward)
+        if memo is None:
+            memo = _append_memos[forward] = AppendMemo()
+        return memo.append(cache, ids, outputs, compute)
 
     def truncate(self, n: int) -> None:
         self.cache.truncate(n)

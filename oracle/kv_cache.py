@@ -63,6 +63,13 @@ class KVCache:
         self._v[layer][:, self.n_past : end] = v
         return self._k[layer][:, :end], self._v[layer][:, :end]
 
+    def rows(self, layer: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The layer's keys and values of positions ``start .. end - 1`` (a view, 0 <= start
+        <= end <= n_past), [n_head_kv, end - start, head_dim] each."""
+        if not 0 <= start <= end <= self.n_past:
+            raise ValueError(f"positions {start}..{end - 1} are not among the {self.n_past} cached")
+        return self._k[layer][:, start:end], self._v[layer][:, start:end]
+
     def advance(self, n_new: int) -> None:
         """Commit ``n_new`` positions once every layer has appended them."""
         self.n_past += n_new

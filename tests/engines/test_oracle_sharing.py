@@ -75,3 +75,84 @@ def test_a_generation_repeating_an_earlier_one_reads_its_logits(forward_calls):
         release_forward()  # nothing kept: a fresh engine's answer
         assert not impl.oracle._decoded
         assert OracleEngine().generate(model, PROMPT, params) == answer
+
+
+def _plain_session(model):
+    """The oracle's session over a freshly loaded model: no engine, no memo."""
+    from oracle.session import Session
+
+    return Session(Model.from_gguf(model.gguf))
+
+
+#: A session's operations: appends of several lengths, a truncate, an append past it.
+PLAY = (("append", PROMPT[:5]), ("append", PROMPT[5:8]), ("append", PROMPT[8:9]),
+        ("truncate", 6), ("append", PROMPT[6:10]))  # fmt: skip
+
+
+def _play(do, session_ops=PLAY):
+    return [do(op, arg) for op, arg in session_ops]
+
+
+def test_a_session_append_repeating_an_earlier_one_reads_its_rows(forward_calls):
+    model, engine = model_ref(MODEL_ID), OracleEngine()
+
+    def on(sid):
+        def do(op, arg):
+            if op == "append":
+                return engine.session_append(sid, arg)["logits"]
+            return engine.session_truncate(sid, arg)
+
+        return do
+
+    first = _play(on(engine.session_open(model)))
+    computed = dict(forward_calls)
+    second_sid = engine.session_open(model)
+    second = _play(on(second_sid))
+    assert forward_calls == computed  # every append read, none computed
+    plain = _plain_session(model)
+    expected = _play(lambda op, arg: plain.append(arg)[1] if op == "append" else plain.truncate(arg))
+    for got_first, got_second, want in zip(first, second, expected, strict=True):
+        np.testing.assert_array_equal(got_first, want)
+        np.testing.assert_array_equal(got_second, want)
+    cache, plain_cache = engine._session(second_sid).model.cache, plain.model.cache
+    assert cache.n_past == plain_cache.n_past == 10
+    for layer in range(cache.n_layer):
+        for got, want in zip(cache.rows(layer, 0, 10), plain_cache.rows(layer, 0, 10), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_an_append_is_known_by_what_the_cache_holds_not_by_the_ids(forward_calls):
+    """A cache corrupted as a state bug would (a key overwritten) holds other contents under
+    the same ids: its next append is computed on them, not read from the clean session's."""
+    model, engine = model_ref(MODEL_ID), OracleEngine()
+    clean, corrupt = engine.session_open(model), engine.session_open(model)
+    for sid in (clean, corrupt):
+        engine.session_append(sid, PROMPT[:6])
+    engine._session(corrupt).model.cache.rows(0, 0, 6)[0][:, 2] += 1.0
+    right = engine.session_append(clean, PROMPT[6:8])["logits"]
+    computed = dict(forward_calls)
+    wrong = engine.session_append(corrupt, PROMPT[6:8])["logits"]
+    assert forward_calls["prefill"] == computed["prefill"] + 1
+    assert not np.array_equal(wrong, right)
+    plain = _plain_session(model)
+    plain.append(PROMPT[:6])
+    plain.model.cache.rows(0, 0, 6)[0][:, 2] += 1.0
+    np.testing.assert_array_equal(wrong, plain.append(PROMPT[6:8])[1])
+
+
+def test_the_append_memo_keeps_its_byte_budget(forward_calls):
+    from impl.append_memo import AppendMemo
+
+    model = model_ref(MODEL_ID)
+    session = _plain_session(model)
+    memo, forward = AppendMemo(budget=0), session.model
+    forward.prefill(PROMPT[:3])
+    memo.append(forward.cache, PROMPT[3:4], None, lambda: forward.prefill(PROMPT[3:4]))
+    assert (memo.held, memo.misses, len(memo._entries)) == (0, 1, 0)  # larger than the budget: not kept
+    memo.budget = 2**40
+    memo.append(forward.cache, PROMPT[4:5], None, lambda: forward.prefill(PROMPT[4:5]))
+    memo.budget = 3 * memo.held  # three one-token appends
+    for n in range(5, 12):
+        memo.append(forward.cache, PROMPT[n : n + 1], None, lambda n=n: forward.prefill(PROMPT[n : n + 1]))
+        assert memo.held <= memo.budget
+    assert len(memo._entries) == 3 and memo.misses == 9  # the three newest kept

@@ -340,3 +340,34 @@ def test_string_arrays_are_read_by_content_and_each_file_owns_its_list(tmp_path)
     one.metadata["tokenizer.ggml.tokens"].append("mutated")
     assert twin.metadata["tokenizer.ggml.tokens"] == base
     assert open_gguf(tmp_path / "one.gguf").metadata["tokenizer.ggml.tokens"] == base
+
+
+def test_a_string_block_walked_before_is_recognized_by_its_bytes(tmp_path, monkeypatch):
+    """The lengths of a block whose bytes equal one walked before are not walked again (the
+    walk would read the same bytes); a block differing in one length byte is walked, and the
+    length running past the file is named."""
+    from oracle import gguf as oracle_gguf
+
+    walks: list[int] = []
+    walk = oracle_gguf._Cursor._walk
+
+    def counted(self, n, what):
+        walks.append(n)
+        return walk(self, n, what)
+
+    monkeypatch.setattr(oracle_gguf._Cursor, "_walk", counted)
+    tokens = ["a", "b", "zq", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "unwalked"]
+    data = write_gguf(tmp_path / "one.gguf", tokens=tokens).read_bytes()
+    assert open_gguf(tmp_path / "one.gguf").metadata["tokenizer.ggml.tokens"] == tokens
+    first = list(walks)
+    assert len(tokens) in first
+    (tmp_path / "twin.gguf").write_bytes(data)
+    assert open_gguf(tmp_path / "twin.gguf").metadata["tokenizer.ggml.tokens"] == tokens
+    assert walks == first  # nothing walked again
+    bad = bytearray(data)
+    at = _token_at(bad, b"zq") - 8
+    bad[at : at + 8] = struct.pack("<Q", len(bad))
+    (tmp_path / "bad.gguf").write_bytes(bytes(bad))
+    with pytest.raises(GGUFError, match=r"truncated file: 'tokenizer\.ggml\.tokens'\[2\] of \d+ bytes"):
+        open_gguf(tmp_path / "bad.gguf")
+    assert walks[len(first) :] == [len(tokens)]
