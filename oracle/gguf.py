@@ -20,7 +20,6 @@ keeps loading a 150k-token vocabulary well under a second. Tensor bytes are neve
 from __future__ import annotations
 
 import collections
-import functools
 import mmap
 import struct
 from dataclasses import dataclass
@@ -114,25 +113,26 @@ class _Cursor:
             ) from None
 
     def strings(self, n: int, what: str) -> list[str]:
-        """``n`` strings: their lengths walked and bounds-checked here, the block then
-        decoded by content (``_decoded_strings``) — the tiny models and the real ones
-        share a vocabulary, and a session opens each file again per stage. A block whose
-        bytes equal one walked before (``_walked_block``) is not walked again: the walk
-        reads nothing else, so it would end where that one did."""
+        """``n`` strings: their lengths walked and bounds-checked here (``_walk``), the block
+        then decoded (``_decoded_strings``). The tiny models and the real ones share a
+        vocabulary, and a session opens each file again per stage: a block whose bytes equal
+        one read before (``_known_strings``) is neither walked nor decoded again — the walk
+        reads nothing else, so it would end where that one did, with the same strings."""
         start = self.pos
-        block = _walked_block(self.buf, start, n)
-        if block is None:
+        known = _known_strings(self.buf, start, n)
+        if known is None:
             block = self._walk(n, what)
-            _WALKED.append((n, block))
-        try:
-            out = list(_decoded_strings(block, n))
-        except _BadString as exc:
-            index, offset, reason = exc.args
-            raise GGUFError(
-                f"{self.path}: {what}[{index}] is not valid UTF-8 at offset {start + offset}: {reason}"
-            ) from None
+            try:
+                known = block, _decoded_strings(block, n)
+            except _BadString as exc:
+                index, offset, reason = exc.args
+                raise GGUFError(
+                    f"{self.path}: {what}[{index}] is not valid UTF-8 at offset {start + offset}: {reason}"
+                ) from None
+            _KNOWN.append((n, *known))
+        block, strings = known
         self.pos = start + len(block)
-        return out
+        return list(strings)  # the strings shared, the list each file's own
 
     def _walk(self, n: int, what: str) -> bytes:
         """The block of ``n`` length-prefixed strings at the cursor, every length checked
@@ -172,16 +172,20 @@ class _Cursor:
         raise GGUFError(f"{self.path}: unknown value type {vtype} for {what} at offset {self.pos - 4}")
 
 
-#: The last string blocks walked, with their counts (a vocabulary and its merges, ~2-3 MB
-#: each): walking 150k lengths is ~0.1 s, comparing the bytes ~1 ms.
-_WALKED: collections.deque[tuple[int, bytes]] = collections.deque(maxlen=4)
+#: The last string blocks read — (count, bytes, strings), a vocabulary or its merges, ~2-3 MB
+#: each, newest last: walking and decoding 150k strings is ~0.4 s, comparing the bytes ~1 ms.
+_KNOWN: collections.deque[tuple[int, bytes, tuple[str, ...]]] = collections.deque(maxlen=4)
 
 
-def _walked_block(buf: Any, start: int, n: int) -> bytes | None:
-    """A block of ``n`` strings walked before whose bytes are the ones at ``start``, or None."""
-    for count, block in _WALKED:
+def _known_strings(buf: Any, start: int, n: int) -> tuple[bytes, tuple[str, ...]] | None:
+    """The block of ``n`` strings read before whose bytes are the ones at ``start``, and its
+    strings (moved to the newest), or None."""
+    for entry in _KNOWN:
+        count, block, strings = entry
         if count == n and buf[start : start + len(block)] == block:
-            return block
+            _KNOWN.remove(entry)
+            _KNOWN.append(entry)
+            return block, strings
     return None
 
 
@@ -189,12 +193,9 @@ class _BadString(Exception):
     """A string of a block is not UTF-8: (its index, the offset of its bytes in the block, why)."""
 
 
-@functools.lru_cache(maxsize=4)
 def _decoded_strings(block: bytes, n: int) -> tuple[str, ...]:
     """The ``n`` length-prefixed UTF-8 strings of a block whose lengths were checked
-    (``_Cursor.strings``). Kept by content for the last few blocks: a vocabulary and its
-    merges are ~0.3 s to decode, and every tiny model holds the same ones. A tuple: the
-    strings are shared, the list each file gets is its own."""
+    (``_Cursor._walk``)."""
     out: list[str] = []
     append, unpack, pos = out.append, _U64.unpack_from, 0
     for index in range(n):
