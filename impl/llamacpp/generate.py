@@ -36,10 +36,26 @@ def check_greedy(params: Mapping[str, Any], adapter: str) -> tuple[int, int]:
     return int(p.get("max_tokens", 128)), int(p.get("top_candidates", 3))
 
 
+def top_order(logits: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the ``n`` highest logits, by descending logit, ties in id order — the
+    definition is ``np.argsort(-logits, kind="stable")[:n]``. A full sort of a 152k
+    vocabulary took 21 ms per generated token (8 of the 49 s recording a tiny model's
+    generate references); only the ids at or above the n-th largest value are sorted here
+    (every id tied with it kept, so the stable order among ties is the definition's).
+    A row with a NaN takes the definition itself (NaN orders differently in a partition)."""
+    logits = np.asarray(logits)
+    if n <= 0:
+        return np.empty(0, dtype=np.intp)
+    if n >= logits.size or np.isnan(logits).any():
+        return np.argsort(-logits, kind="stable")[:n]
+    nth_largest = np.partition(logits, logits.size - n)[logits.size - n]
+    candidates = np.flatnonzero(logits >= nth_largest)  # in id order
+    return candidates[np.argsort(-logits[candidates], kind="stable")][:n]
+
+
 def top_logits(logits: np.ndarray, n: int) -> list[list[Any]]:
     """The ``n`` highest logits as ``[id, logit]``, ties in id order."""
-    order = np.argsort(-logits, kind="stable")[:n]
-    return [[int(i), float(logits[i])] for i in order]
+    return [[int(i), float(logits[i])] for i in top_order(logits, n)]
 
 
 def generation(ids: list[int], data: bytes, finish: str, steps: list[dict[str, Any]]) -> dict[str, Any]:

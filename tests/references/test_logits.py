@@ -64,14 +64,20 @@ def test_record_logits(request, specgate, reference, forward_model_id):
 
 
 @pytest.mark.slow
-def test_dequantized_loader_matches_transformers_gguf(specgate, reference):
+def test_dequantized_loader_matches_transformers_gguf(request, specgate, reference):
     """The tiny models' transformers reference is built by ``impl.hf.forward.load_dequantized``
-    (fast); it must give the logits transformers' own GGUF loader gives on the same file."""
+    (fast); it must give the logits transformers' own GGUF loader gives on the same file.
+    It runs when that file is among the run's models with weights: a recording of a user's
+    own GGUF (``--model PATH``) or of another sample does not pay for it (~60 s: transformers'
+    loader parses the file's 150k-entry vocabulary twice)."""
     from impl.hf import forward as hf_forward
+    from specgate.run.selection import forward_models
     from specgate.supply import models
 
     reference("hf")  # skips unless --live-references
     model_id = "tiny-qwen3-q4_k"  # qwen3 with head_dim != n_embd / n_head, K-quants and fallbacks
+    if model_id not in forward_models(request.config):
+        pytest.skip(f"{model_id} is not among this run's models with weights (--model, --reference-models)")
     if model_id not in models.cached_tiny_models():
         model_missing(f"{model_id} (run: specgate models tiny)")
     path = specgate.model(model_id).gguf
