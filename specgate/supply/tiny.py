@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 from gguf import GGUFWriter
-from gguf.constants import GGML_QUANT_VERSION, LlamaFileType
+from gguf.constants import GGML_QUANT_VERSION, GGUFValueType, LlamaFileType
 
 from specgate.supply import convert
 from specgate.supply import models as model_cache
@@ -58,6 +58,7 @@ __all__ = [
     "N_VOCAB",
     "TYPES",
     "VOCAB_SOURCE",
+    "ArraysPacked",
     "TinySpec",
     "generate",
     "generate_all",
@@ -79,6 +80,49 @@ FILE_TYPES = {
     "q5_k": LlamaFileType.MOSTLY_Q5_K_S, "q6_k": LlamaFileType.MOSTLY_Q6_K,
 }  # fmt: skip
 BOS_ID, EOS_ID = 151643, 151645
+#: A metadata array at least this long is packed once per generation run (``ArraysPacked``).
+PACK_ONCE_MIN = 1024
+
+
+class ArraysPacked:
+    """The bytes gguf-py's writer packed for each long metadata array, by the array's
+    contents, for one generation run. Every tiny model carries the same vocabulary (150k
+    tokens, 150k merges, 150k types); gguf-py packs them item by item in Python, ~1.5 s of
+    a model's ~2.5 s. Packing is a function of the value, its type and the writer's byte
+    order, so the bytes of an equal array are the bytes packed before: the files are the
+    same, byte for byte (their sha256 are pinned: ``tests/supply/test_tiny_models.py``)."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[Any, ...], bytes] = {}
+
+    def __len__(self) -> int:
+        return len(self._bytes)
+
+    def get(self, key: tuple[Any, ...], pack: Any) -> bytes:
+        if key not in self._bytes:
+            self._bytes[key] = pack()
+        return self._bytes[key]
+
+
+class _Writer(GGUFWriter):
+    """gguf-py's ``GGUFWriter``, reading long arrays' bytes from ``ArraysPacked``."""
+
+    def __init__(self, path: str, arch: str, packed: ArraysPacked) -> None:
+        super().__init__(path, arch)
+        self.packed = packed
+
+    def _pack_val(
+        self, val: Any, vtype: GGUFValueType, add_vtype: bool, sub_type: GGUFValueType | None = None
+    ) -> bytes:
+        if vtype != GGUFValueType.ARRAY or not isinstance(val, list) or len(val) < PACK_ONCE_MIN:
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        contents = tuple(val)
+        try:
+            hash(contents)
+        except TypeError:  # an array of arrays: packed as gguf-py packs it
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        key = (self.endianess, add_vtype, sub_type, contents)
+        return self.packed.get(key, lambda: super(_Writer, self)._pack_val(val, vtype, add_vtype, sub_type))
 
 
 def gguf_path(model_id: str) -> Path:
@@ -123,10 +167,17 @@ def weights(spec: TinySpec) -> dict[str, np.ndarray]:
 
 
 def write_gguf(
-    spec: TinySpec, kind: str, tensors: dict[str, np.ndarray], tokenizer: list[Any], out: Path, name: str
+    spec: TinySpec,
+    kind: str,
+    tensors: dict[str, np.ndarray],
+    tokenizer: list[Any],
+    out: Path,
+    name: str,
+    packed: ArraysPacked | None = None,
 ) -> dict[str, str]:
-    """Write one tiny GGUF of type ``kind``; return tensor name -> ggml type name."""
-    w = GGUFWriter(str(out), spec.arch)
+    """Write one tiny GGUF of type ``kind``; return tensor name -> ggml type name.
+    ``packed``: the long arrays packed by earlier models of the same run."""
+    w = _Writer(str(out), spec.arch, ArraysPacked() if packed is None else packed)
     w.add_name(name)
     w.add_file_type(int(FILE_TYPES[kind]))
     if kind not in ("f32", "f16", "bf16"):
@@ -165,10 +216,11 @@ def generate(
     vocab_gguf: Path,
     tokenizer: list[Any] | None = None,
     drawn: dict[str, dict[str, np.ndarray]] | None = None,
+    packed: ArraysPacked | None = None,
 ) -> dict[str, str]:
     """Write the tiny model ``model_id`` to ``out`` (any path); return its tensor types.
-    ``tokenizer`` (the vocabulary's keys) and ``drawn`` (family -> weights) let a caller
-    writing several models read and draw each once."""
+    ``tokenizer`` (the vocabulary's keys), ``drawn`` (family -> weights) and ``packed``
+    (the vocabulary's bytes) let a caller writing several models read, draw and pack each once."""
     parsed = parse_id(model_id)
     if parsed is None:
         raise ValueError(f"{model_id!r} is not a tiny model id (e.g. tiny-qwen2-f32)")
@@ -179,7 +231,7 @@ def generate(
     if family not in drawn:
         drawn.clear()  # one family's weights at a time
         drawn[family] = weights(spec)
-    return write_gguf(spec, kind, drawn[family], tokenizer, out, model_id)
+    return write_gguf(spec, kind, drawn[family], tokenizer, out, model_id, packed)
 
 
 def _generator_path(target: Path) -> Path:
@@ -209,14 +261,18 @@ def _intact(model_id: str) -> bool:
 
 
 def _write_into_cache(
-    model_id: str, vocab_gguf: Path, tokenizer: list[Any], drawn: dict[str, dict[str, np.ndarray]]
+    model_id: str,
+    vocab_gguf: Path,
+    tokenizer: list[Any],
+    drawn: dict[str, dict[str, np.ndarray]],
+    packed: ArraysPacked,
 ) -> None:
     """Write a model under a temporary name, its sidecars (tensor types, generator, sha256),
     then rename it into place and stamp it verified (so serving it does not hash it again)."""
     target = gguf_path(model_id)
     model_cache.writable(target.parent)
     tmp = target.with_suffix(".tmp")
-    types = generate(model_id, tmp, vocab_gguf, tokenizer, drawn)
+    types = generate(model_id, tmp, vocab_gguf, tokenizer, drawn, packed)
     (target.parent / "tensor_types.json").write_text(json.dumps(types, indent=1) + "\n")
     _generator_path(target).write_text(GENERATOR + "\n")
     digest = model_cache.sha256_file(tmp)
@@ -233,9 +289,9 @@ def generate_all(vocab_gguf: Path | None = None, log: bool = True) -> list[str]:
         return []
     if vocab_gguf is None:
         vocab_gguf = model_cache.model_ref(VOCAB_SOURCE).gguf
-    tokenizer, drawn = convert.tokenizer_keys(Path(vocab_gguf)), {}
+    tokenizer, drawn, packed = convert.tokenizer_keys(Path(vocab_gguf)), {}, ArraysPacked()
     for model_id in todo:
-        _write_into_cache(model_id, Path(vocab_gguf), tokenizer, drawn)
+        _write_into_cache(model_id, Path(vocab_gguf), tokenizer, drawn, packed)
         if log:
             print(f"tiny: wrote {gguf_path(model_id)}", flush=True)
     return todo

@@ -202,11 +202,16 @@ def generate_elsewhere(ids: list[str], out: Path, cwd: Path) -> None:
 
 
 def check_byte_identical(ids: list[str], tmp_path: Path) -> None:
+    """Generated here, the models sharing one ``ArraysPacked`` (as ``specgate models tiny``
+    writes them), and elsewhere each on its own: the same bytes, the snapshots' sha256."""
     here = tmp_path / "here"
     here.mkdir()
     vocab = vocab_gguf()
+    packed = tiny.ArraysPacked()
     for model_id in ids:
-        tiny.generate(model_id, here / f"{model_id}.gguf", vocab)
+        tiny.generate(model_id, here / f"{model_id}.gguf", vocab, packed=packed)
+    # the vocabulary's tokens, merges and token types, packed once whatever the model count
+    assert len(packed) == 3, f"{len(packed)} long arrays packed for {len(ids)} models"
     (tmp_path / "cwd").mkdir()
     generate_elsewhere(ids, tmp_path / "there", cwd=tmp_path / "cwd")
     for model_id in ids:
