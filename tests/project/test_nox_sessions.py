@@ -61,3 +61,31 @@ def test_parity_install_puts_an_engines_package_in_the_session(tmp_path: Path) -
     assert proc.returncode == 0, out[-4000:]
     assert list(reports.glob("parity-*.md")), out[-4000:]
     assert "3 passed" in out or "passed" in out, out[-4000:]
+
+
+@pytest.mark.parametrize(
+    ("impl", "args", "workers"),
+    [
+        (None, [], 2),  # plain `nox`: the oracle, the main job
+        ("oracle", ["--stages", "logits"], 2),
+        ("cmd:my-engine --specgate", [], 0),  # an engine under test: one process asks it
+        ("http:http://127.0.0.1:8080", [], 0),
+        ("mypkg.adapter:Engine", [], 0),
+        ("hf", [], 0),
+        (None, ["-n", "1"], 0),  # the user's own choice stands
+        (None, ["-n4"], 0),
+        ("oracle", ["--numprocesses=3"], 0),
+        ("oracle", ["--numprocesses", "auto"], 0),
+    ],
+)
+def test_the_main_job_runs_two_workers_only_for_the_oracle_itself(impl, args, workers, monkeypatch) -> None:
+    pytest.importorskip("nox")
+    sys.path.insert(0, str(ROOT))
+    try:
+        import noxfile
+    finally:
+        sys.path.remove(str(ROOT))
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert noxfile.oracle_workers(impl, args) == workers
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)  # one core: nothing to share
+    assert noxfile.oracle_workers(impl, args) == 0
