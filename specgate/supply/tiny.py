@@ -84,24 +84,13 @@ BOS_ID, EOS_ID = 151643, 151645
 PACK_ONCE_MIN = 1024
 
 
-class ArraysPacked:
-    """The bytes gguf-py's writer packed for each long metadata array, by the array's
-    contents, for one generation run. Every tiny model carries the same vocabulary (150k
-    tokens, 150k merges, 150k types); gguf-py packs them item by item in Python, ~1.5 s of
-    a model's ~2.5 s. Packing is a function of the value, its type and the writer's byte
-    order, so the bytes of an equal array are the bytes packed before: the files are the
-    same, byte for byte (their sha256 are pinned: ``tests/supply/test_tiny_models.py``)."""
-
-    def __init__(self) -> None:
-        self._bytes: dict[tuple[Any, ...], bytes] = {}
-
-    def __len__(self) -> int:
-        return len(self._bytes)
-
-    def get(self, key: tuple[Any, ...], pack: Any) -> bytes:
-        if key not in self._bytes:
-            self._bytes[key] = pack()
-        return self._bytes[key]
+#: The bytes gguf-py's writer packed for each long metadata array during one generation
+#: run, keyed by the array's contents, the writer's byte order and the value type. Every tiny
+#: model carries the same vocabulary (150k tokens, 150k merges, 150k types), which gguf-py
+#: packs item by item in Python (~1.5 s of a model's ~2.5 s). Packing is a function of that
+#: key, so an equal array's bytes are the bytes packed before: the files are the same, byte
+#: for byte (their sha256 are pinned: ``tests/supply/test_tiny_models.py``).
+ArraysPacked = dict[tuple[Any, ...], bytes]
 
 
 class _Writer(GGUFWriter):
@@ -122,7 +111,9 @@ class _Writer(GGUFWriter):
         except TypeError:  # an array of arrays: packed as gguf-py packs it
             return super()._pack_val(val, vtype, add_vtype, sub_type)
         key = (self.endianess, add_vtype, sub_type, contents)
-        return self.packed.get(key, lambda: super(_Writer, self)._pack_val(val, vtype, add_vtype, sub_type))
+        if key not in self.packed:
+            self.packed[key] = super()._pack_val(val, vtype, add_vtype, sub_type)
+        return self.packed[key]
 
 
 def gguf_path(model_id: str) -> Path:
@@ -177,7 +168,7 @@ def write_gguf(
 ) -> dict[str, str]:
     """Write one tiny GGUF of type ``kind``; return tensor name -> ggml type name.
     ``packed``: the long arrays packed by earlier models of the same run."""
-    w = _Writer(str(out), spec.arch, ArraysPacked() if packed is None else packed)
+    w = _Writer(str(out), spec.arch, {} if packed is None else packed)
     w.add_name(name)
     w.add_file_type(int(FILE_TYPES[kind]))
     if kind not in ("f32", "f16", "bf16"):
@@ -289,7 +280,7 @@ def generate_all(vocab_gguf: Path | None = None, log: bool = True) -> list[str]:
         return []
     if vocab_gguf is None:
         vocab_gguf = model_cache.model_ref(VOCAB_SOURCE).gguf
-    tokenizer, drawn, packed = convert.tokenizer_keys(Path(vocab_gguf)), {}, ArraysPacked()
+    tokenizer, drawn, packed = convert.tokenizer_keys(Path(vocab_gguf)), {}, {}
     for model_id in todo:
         _write_into_cache(model_id, Path(vocab_gguf), tokenizer, drawn, packed)
         if log:

@@ -207,7 +207,7 @@ def check_byte_identical(ids: list[str], tmp_path: Path) -> None:
     here = tmp_path / "here"
     here.mkdir()
     vocab = vocab_gguf()
-    packed = tiny.ArraysPacked()
+    packed: tiny.ArraysPacked = {}
     for model_id in ids:
         tiny.generate(model_id, here / f"{model_id}.gguf", vocab, packed=packed)
     # the vocabulary's tokens, merges and token types, packed once whatever the model count
