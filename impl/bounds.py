@@ -303,9 +303,12 @@ def check_text(
         raise oversize(field, len(text), "characters", bound, why)
 
 
-def check_logit_rows(rows: Any, n_rows: int, n_vocab: int | None, field: str = "logits") -> np.ndarray:
+def check_logit_rows(
+    rows: Any, n_rows: int, n_vocab: int | None, field: str = "logits", per: str = "one per id"
+) -> np.ndarray:
     """A ``[n_rows, n_vocab]`` float32 array of finite logits, or one ``EngineError``
-    naming the field (wrong rank, row count, width, or a NaN/±Infinity)."""
+    naming the field (wrong rank, row count — ``per`` says what a row is —, width, or a
+    NaN/±Infinity)."""
     try:
         arr = np.asarray(rows, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -313,7 +316,7 @@ def check_logit_rows(rows: Any, n_rows: int, n_vocab: int | None, field: str = "
     if arr.ndim != 2:
         raise EngineError(f"answer field {field} has shape {arr.shape}; expected [{n_rows}, n_vocab]")
     if arr.shape[0] != n_rows:
-        raise EngineError(f"answer field {field} has {arr.shape[0]} rows; expected {n_rows} (one per id)")
+        raise EngineError(f"answer field {field} has {arr.shape[0]} rows; expected {n_rows} ({per})")
     if n_vocab is not None and arr.shape[1] != n_vocab:
         raise EngineError(
             f"answer field {field} has width {arr.shape[1]:,}; the model's n_vocab is {n_vocab:,}"

@@ -7,7 +7,9 @@ The schema files are the one source; this table is what everything else reads:
   ``properties``, the arguments of the ``Engine`` method of that name — except a property
   marked ``"x-transport": true`` (``logits``' ``top_k``: the client's choice of answer
   form, not an argument) and collecting a method's keyword arguments in the one marked
-  ``"x-keywords": true`` (``render``'s ``kwargs``);
+  ``"x-keywords": true`` (``render``'s ``kwargs``); ``"x-may-ignore": true`` marks an
+  argument an adapter's method may lack (``logits``' ``positions``: ``Op.invoke`` leaves
+  it out);
 * the handshake schema gives the protocol version (``protocol``'s ``const``) and the
   conformance classes (``classes``' enum).
 
@@ -20,6 +22,7 @@ PROTOCOL.md's op table is generated from it (``impl.process.schema``).
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +49,7 @@ class Argument:
     kind: str
     required: bool
     default: Any = None
+    may_ignore: bool = False  # ``"x-may-ignore"``: an engine may ignore it (a hint, not an input)
 
 
 @dataclass(frozen=True)
@@ -85,10 +89,35 @@ class Op:
         return named
 
     def invoke(self, engine: Any, named: Mapping[str, Any]) -> Any:
-        """``engine.<op>(...)`` with the arguments ``bind`` gives (the inverse)."""
-        positional = [named[a.name] for a in self.arguments if a.kind != "keywords"]
+        """``engine.<op>(...)`` with the arguments ``bind`` gives (the inverse). An argument
+        an engine may ignore (``"x-may-ignore"``: ``logits``' ``positions``, added to the
+        protocol after adapters were written) is left out when the adapter's method does
+        not take it: the adapter then answers as it always did (every row), as the
+        protocol allows."""
+        method = getattr(engine, self.name)
+        positional = [a for a in self.arguments if a.kind != "keywords"]
+        while positional and positional[-1].may_ignore and not takes(method, positional[-1].name):
+            positional.pop()
         keywords = next((dict(named[a.name] or {}) for a in self.arguments if a.kind == "keywords"), {})
-        return getattr(engine, self.name)(*positional, **keywords)
+        return method(*(named[a.name] for a in positional), **keywords)
+
+
+def accepted(op: str, method: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of a direct call ``method(..., **kwargs)`` of ``op`` less the arguments
+    the engine may ignore that ``method`` does not take (as ``Op.invoke`` does)."""
+    ignorable = {a.name for a in OPS[op].arguments if a.may_ignore} if op in OPS else set()
+    return {k: v for k, v in kwargs.items() if k not in ignorable or takes(method, k)}
+
+
+def takes(method: Any, name: str) -> bool:
+    """Whether ``method`` (a bound method or function) takes an argument ``name``: a
+    parameter of that name, ``*args`` or ``**kwargs``; a signature that cannot be read takes it."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return True
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return name in parameters or any(p.kind in variadic for p in parameters.values())
 
 
 @dataclass(frozen=True)
@@ -123,7 +152,7 @@ def _op(name: str, request: dict[str, Any]) -> Op:
     fields = {k: v for k, v in request["properties"].items() if k not in ("id", "op")}
     required = tuple(f for f in fields if f in request["required"])
     arguments = tuple(
-        Argument(f, _kind(spec), f in required, spec.get("default"))
+        Argument(f, _kind(spec), f in required, spec.get("default"), bool(spec.get("x-may-ignore")))
         for f, spec in fields.items()
         if not spec.get("x-transport")
     )

@@ -7,6 +7,7 @@ from independent references (transformers, llama.cpp, tiktoken, CPython regex).
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -87,6 +88,15 @@ def check_points(points: Sequence[str], n_layer: int) -> None:
             raise Unsupported(str(exc)) from None
         if layer is not None and layer >= n_layer:
             raise Unsupported(f"trace point {point!r}: the model has {n_layer} layers")
+
+
+def check_positions(positions: Sequence[int], n_ids: int) -> list[int]:
+    """``positions`` as a list of increasing indices into ``n_ids`` ids, or ``ValueError``
+    naming what is wrong (PROTOCOL.md 4.3)."""
+    out = [int(p) for p in positions]
+    if any(not 0 <= p < n_ids for p in out) or any(a >= b for a, b in itertools.pairwise(out)):
+        raise ValueError(f"positions must be increasing indices into the {n_ids} ids, got {out[:10]}")
+    return out
 
 
 class _Remembering:
@@ -256,9 +266,11 @@ class OracleEngine(Engine):
             raise Unsupported(str(exc)) from exc
 
     # --- forward stage (logits) ---------------------------------------------------
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
-        """Float32 logits for every position of ``ids``, from an empty KV cache."""
-        return _forward_model(model.gguf).prefill(ids)
+    def logits(self, model: ModelRef, ids: Sequence[int], positions: Sequence[int] | None = None) -> Any:
+        """Float32 logits for every position of ``ids`` (those of ``positions`` only: the
+        output projection of the other rows is skipped), from an empty KV cache."""
+        rows = None if positions is None else check_positions(positions, len(ids))
+        return _forward_model(model.gguf).prefill(ids, outputs=rows)
 
     def batch_logits(self, model: ModelRef, prompts: Sequence[Sequence[int]]) -> Any:
         """Each prompt's last-position logits, each from an empty KV cache: the definition

@@ -110,7 +110,11 @@ class Engine:
         pre-tokenizer pieces (no special-token scan).
     encode(model, text, parse_special) -> list[int]
     decode(model, ids) -> bytes
-    logits(model, ids) -> numpy array [len(ids), n_vocab] of float32
+    logits(model, ids, positions=None) -> numpy array [len(positions), n_vocab] of float32
+        one forward pass over ``ids`` from an empty cache, the rows of ``positions`` (indices
+        into ``ids``, increasing) in that order; every row ``[len(ids), n_vocab]`` without
+        ``positions`` — or always: an adapter may ignore them (a method without the
+        parameter is called without it, ``impl.ops.Op.invoke``).
     sample(logits, params, r) -> dict  (see ``oracle.sampler``)
     generate(model, ids, params) -> dict  (see ``oracle.decode_loop``)
     trace(model, ids, points, positions) -> dict[str, numpy array]
@@ -212,7 +216,7 @@ class Engine:
     def decode(self, model: ModelRef, ids: Sequence[int]) -> bytes:
         raise NotImplementedError
 
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+    def logits(self, model: ModelRef, ids: Sequence[int], positions: Sequence[int] | None = None) -> Any:
         raise NotImplementedError
 
     def sample(self, logits: Any, params: dict[str, Any], r: float) -> dict[str, Any]:

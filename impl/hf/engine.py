@@ -102,11 +102,13 @@ class HFEngine(SessionOps, Engine):
         return hf_render.render_template(template, context)
 
     # --- forward stage (logits) ---------------------------------------------------
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
-        """transformers float32 logits on the GGUF's dequantized weights (model loaded once)."""
+    def logits(self, model: ModelRef, ids: Sequence[int], positions: Sequence[int] | None = None) -> Any:
+        """transformers float32 logits on the GGUF's dequantized weights (model loaded once):
+        every position's, or the rows of ``positions``."""
         from impl.hf import forward as hf_forward
 
-        return hf_forward.logits(self._forward_model(model), ids)
+        every = hf_forward.logits(self._forward_model(model), ids)
+        return every if positions is None else every[list(positions)]
 
     def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
         """transformers' own KV cache (``impl.hf.forward.Cached``) played through ``steps``

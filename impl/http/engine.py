@@ -178,13 +178,18 @@ class HttpEngine(Engine):
         return text
 
     @_shaped
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
+    def logits(self, model: ModelRef, ids: Sequence[int], positions: Sequence[int] | None = None) -> Any:
+        """The log-probs after each of ``positions`` (every position when None), asked of
+        the server at those positions only."""
         server = self._serving(model)
         n_vocab = len(vocab.texts(model.gguf))
-        answer = server.logit_rows(model, [int(i) for i in ids])
+        asked = list(range(len(ids))) if positions is None else [int(p) for p in positions]
+        answer = server.logit_rows(model, [int(i) for i in ids], asked)
         rows, unnamed = answer if isinstance(answer, tuple) else (answer, "")
-        if len(rows) != len(ids):
-            raise EngineError(f"http: the server answered {len(rows)} log-prob rows for {len(ids)} ids")
+        if len(rows) != len(asked):
+            raise EngineError(
+                f"http: the server answered {len(rows)} log-prob rows for {len(asked)} positions"
+            )
         if unnamed:
             return NamedLogprobs.from_rows(rows, n_vocab, unnamed)
         return np.stack([_spread(row, n_vocab, k) for k, row in enumerate(rows)])

@@ -82,18 +82,26 @@ class LlamaCppPythonServer:
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         raise Unsupported("llama-cpp-python's server has no chat-template endpoint")
 
-    def logit_rows(self, model: ModelRef, ids: list[int]) -> tuple[list[dict[int, float]], str]:
-        """Top-k log-probs after each position, and why some candidates have no id ("" when
-        every candidate was named). ``echo`` returns every position but the first (the
-        OpenAI shape leaves it null), so position 0 is asked on its own."""
+    def logit_rows(
+        self, model: ModelRef, ids: list[int], positions: list[int]
+    ) -> tuple[list[dict[int, float]], str]:
+        """Top-k log-probs after each of ``positions``, and why some candidates have no id
+        ("" when every candidate was named). ``echo`` returns every position but the first
+        (the OpenAI shape leaves it null), so position 0 is asked on its own."""
         rows: list[dict[int, float]] = []
         unnamed: collections.Counter[str] = collections.Counter()
-        first = self.client.post(
-            "/v1/completions",
-            {"prompt": self._prompt_text(model, ids[:1]), "max_tokens": 1, "logprobs": self.top_k, **GREEDY},
-        )
-        rows.append(self._by_id(model, first["choices"][0]["logprobs"]["top_logprobs"][0], unnamed))
-        if len(ids) > 1:
+        if positions and positions[0] == 0:
+            first = self.client.post(
+                "/v1/completions",
+                {
+                    "prompt": self._prompt_text(model, ids[:1]),
+                    "max_tokens": 1,
+                    "logprobs": self.top_k,
+                    **GREEDY,
+                },
+            )
+            rows.append(self._by_id(model, first["choices"][0]["logprobs"]["top_logprobs"][0], unnamed))
+        if any(i > 0 for i in positions):
             out = self.client.post(
                 "/v1/completions",
                 {
@@ -105,7 +113,7 @@ class LlamaCppPythonServer:
                 },
             )
             tops = out["choices"][0]["logprobs"]["top_logprobs"]
-            rows += [self._by_id(model, tops[i], unnamed) for i in range(1, len(ids))]
+            rows += [self._by_id(model, tops[i], unnamed) for i in positions if i > 0]
         if not unnamed:
             return rows, ""
         shown = ", ".join(f"{t!r} ×{n}" for t, n in unnamed.most_common(4))

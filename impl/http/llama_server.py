@@ -39,10 +39,10 @@ class LlamaServer:
     def render(self, messages: Sequence[dict[str, Any]]) -> str:
         return self.client.post("/apply-template", {"messages": list(messages)})["prompt"]
 
-    def logit_rows(self, model: ModelRef, ids: list[int]) -> list[dict[int, float]]:
-        """Top-k log-probs after each position, one prefix per request (the server's
-        prompt cache keeps the shared prefix)."""
-        return [self._next(ids[: i + 1]) for i in range(len(ids))]
+    def logit_rows(self, model: ModelRef, ids: list[int], positions: list[int]) -> list[dict[int, float]]:
+        """Top-k log-probs after each of ``positions``, one prefix per request (the
+        server's prompt cache keeps the shared prefix)."""
+        return [self._next(ids[: i + 1]) for i in positions]
 
     def generate(
         self, model: ModelRef, ids: Sequence[int], max_tokens: int, stop: list[str]

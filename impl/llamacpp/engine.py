@@ -86,11 +86,13 @@ class LlamaCppEngine(SessionOps, Engine):
         return llamacpp_render.apply_template(template, messages, add_generation_prompt)
 
     # --- forward stage (logits) ---------------------------------------------------
-    def logits(self, model: ModelRef, ids: Sequence[int]) -> Any:
-        """llama.cpp's logits for every position of ``ids`` on the same GGUF."""
+    def logits(self, model: ModelRef, ids: Sequence[int], positions: Sequence[int] | None = None) -> Any:
+        """llama.cpp's logits for every position of ``ids`` on the same GGUF (the rows of
+        ``positions`` only, when given)."""
         from impl.llamacpp import forward as llamacpp_forward
 
-        return llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
+        every = llamacpp_forward.logits(self.llama(model, vocab_only=False), ids)
+        return every if positions is None else every[list(positions)]
 
     def played_logits(self, model: ModelRef, steps: Sequence[tuple[int, Sequence[int]]]) -> list[Any]:
         """llama.cpp's own KV cache played through ``steps`` (``(keep, ids)``: remove the

@@ -491,19 +491,23 @@ def _check_result(op: str, fields: dict[str, Any], result: Any, n_vocab: int | N
 
 
 def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
-    """A full array, or the top-k form expanded; rows, width and finiteness checked. A
-    top-k form with ``unnamed`` stays the named log-probabilities (PROTOCOL.md 4.3), its
-    rows counted here and the rest judged by ``specgate.checks.logit_named.well_formed``."""
+    """A full array, or the top-k form expanded; rows, width and finiteness checked: one
+    row per position asked, or per id (an engine may ignore ``positions``, PROTOCOL.md
+    4.3). A top-k form with ``unnamed`` stays the named log-probabilities (4.3), its rows
+    counted here and the rest judged by ``specgate.checks.logit_named.well_formed``."""
     n_vocab = bounds.model_n_vocab(args["model"].gguf)
     if isinstance(result, dict) and "top_k" in result:
         result = wire.expand_top_k(result["top_k"], n_vocab)
+    n_ids, positions = len(args["ids"]), args.get("positions")
+    every = positions is None or (
+        hasattr(result, "__len__") and not isinstance(result, (str, dict)) and len(result) == n_ids
+    )
+    n_rows, per = (n_ids, "one per id") if every else (len(positions), "one per position asked")
     if isinstance(result, NamedLogprobs):
-        if len(result) != len(args["ids"]):
-            raise EngineError(
-                f"answer field logits has {len(result)} rows; expected {len(args['ids'])} (one per id)"
-            )
+        if len(result) != n_rows:
+            raise EngineError(f"answer field logits has {len(result)} rows; expected {n_rows} ({per})")
         return result
-    return bounds.check_logit_rows(result, len(args["ids"]), n_vocab)
+    return bounds.check_logit_rows(result, n_rows, n_vocab, per=per)
 
 
 def _batch_logits_answer(result: Any, args: dict[str, Any]) -> Any:

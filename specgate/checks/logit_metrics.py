@@ -151,9 +151,13 @@ def compare_full(ref: np.ndarray, got: np.ndarray, tie_margin: float, chunk: int
 def compare_topk(
     record: dict[str, Any], positions: Sequence[int], got: np.ndarray, tie_margin: float
 ) -> Comparison:
-    """Engine logits ``got`` [T, n_vocab] vs a snapshot ``record`` taken at ``positions``."""
+    """Engine logits ``got`` vs a snapshot ``record`` taken at ``positions``: ``got``'s row t
+    is the engine's at ``positions[t]`` ([len(positions), n_vocab], ``specgate.checks.
+    logits.asked_rows``)."""
     got = np.asarray(got)
     positions = list(positions)
+    if len(got) != len(positions):
+        raise ValueError(f"{len(got)} rows of engine logits for {len(positions)} recorded positions")
     ids, lp, lse = parse_record(record)
     ref_logits = lp + lse[:, None]
     # the recorded rows only, a chunk at a time in float64: their top-k's logits and
@@ -161,7 +165,7 @@ def compare_topk(
     sel, lq, g_top = np.empty(ids.shape), np.empty(ids.shape), np.empty(len(ids), dtype=np.int64)
     for start in range(0, len(positions), CHUNK_POSITIONS):
         rows = slice(start, start + CHUNK_POSITIONS)
-        g = np.asarray(got[positions[rows]], dtype=np.float64)
+        g = np.asarray(got[rows], dtype=np.float64)
         sel[rows] = np.take_along_axis(g, ids[rows], axis=-1)
         g_top[rows] = g.argmax(-1)
         # log_softmax(g) read at the recorded ids only: z[ids] - lse, lse = m + log Σ exp(z - m)

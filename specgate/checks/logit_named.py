@@ -59,12 +59,15 @@ def well_formed(n_ids: int, got: NamedLogprobs) -> str | None:
 def compare_named(
     record: dict[str, Any], positions: Sequence[int], got: NamedLogprobs, tie_margin: float
 ) -> Comparison:
-    """The named answer ``got`` vs a snapshot ``record`` taken at ``positions``."""
+    """The named answer ``got`` vs a snapshot ``record`` taken at ``positions``: ``got``'s
+    row t is the engine's at ``positions[t]``."""
+    if len(got) != len(positions):
+        raise ValueError(f"{len(got)} rows of named log-probs for {len(positions)} recorded positions")
     ref_ids, lp, lse = parse_record(record)
     ref_logits = lp + lse[:, None]
     kl, max_abs, agree, ties, unnamed_top1, bad = [], 0.0, 0, 0, 0, []
     for t, pos in enumerate(positions):
-        named = got.row(int(pos))
+        named = got.row(t)
         if not named:  # nothing said about this position: neither judged nor averaged in
             unnamed_top1 += 1
             continue

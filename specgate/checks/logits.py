@@ -1,5 +1,7 @@
-"""Logits: the engine's logits for every position of a prompt, judged in two
-conformance classes.
+"""Logits: the engine's logits at the recorded positions of a prompt (the snapshot's
+``positions``: every position of a short prompt, evenly spaced ones of a long one, the
+last always among them), judged in two conformance classes. The gate asks for those rows
+only (PROTOCOL.md 4.3); an answer of every row is read at them (``asked_rows``).
 
 * ``exact`` — against transformers' float32 forward on the same dequantized weights
   (the snapshot's ``hf`` record). An f32 engine differs only by summation order.
@@ -61,6 +63,7 @@ def answer(got: Any) -> np.ndarray | NamedLogprobs:
 def compare(
     record: dict[str, Any], positions: list[int], got: np.ndarray | NamedLogprobs, tie_margin: float
 ) -> logit_metrics.Comparison:
+    """``got``'s rows (row t at ``positions[t]``) against the ``record`` taken at ``positions``."""
     if isinstance(got, NamedLogprobs):
         return logit_named.compare_named(record, positions, got, tie_margin)
     return logit_metrics.compare_topk(record, positions, got, tie_margin)
@@ -74,16 +77,45 @@ def unjudged(got: Any, cmp: logit_metrics.Comparison) -> str | None:
     return f"no position can be judged on the candidates the engine names: {got.unnamed}"
 
 
-def well_formed(case: dict[str, Any], got: Any) -> str | None:
-    """None when ``got`` is a finite [len(ids), n_vocab] array (or a sound named answer);
-    else what is wrong."""
+def answered_rows(case: dict[str, Any], got: Any) -> list[int] | None:
+    """The position of each row of ``got``: the case's ``positions`` when it holds one row
+    per position asked, every position when one per id (an engine may ignore the
+    positions, PROTOCOL.md 4.3; when every position is recorded the two are the same);
+    None for any other row count."""
+    n_ids, positions = len(case["ids"]), case.get("positions")
+    rows = len(got) if isinstance(got, NamedLogprobs) else (np.shape(got) or (None,))[0]
+    if positions is not None and rows == len(positions):
+        return list(positions)
+    return list(range(n_ids)) if rows == n_ids else None
+
+
+def asked_rows(case: dict[str, Any], got: Any) -> Any:
+    """``got``'s rows of the case's recorded positions, in order (the answer itself when it
+    holds just those): what the comparisons read, row t at ``positions[t]``."""
+    positions = list(case["positions"])
+    if len(got) == len(positions):
+        return got
     if isinstance(got, NamedLogprobs):
-        return logit_named.well_formed(len(case["ids"]), got)
+        return NamedLogprobs(got.n_vocab, got.ids[positions], got.logprobs[positions], got.unnamed)
+    return np.asarray(got)[positions]
+
+
+def well_formed(case: dict[str, Any], got: Any) -> str | None:
+    """None when ``got`` is a finite [len(positions), n_vocab] array — or [len(ids),
+    n_vocab] (``answered_rows``) — or a sound named answer; else what is wrong."""
+    n_ids, positions = len(case["ids"]), case.get("positions")
+    asked = f"[{len(positions)}, n_vocab] (the positions asked) or " if positions is not None else ""
+    if isinstance(got, NamedLogprobs):
+        if answered_rows(case, got) is None:
+            return f"named log-probs for {len(got)} positions, expected {asked}[{n_ids}, n_vocab]"
+        return logit_named.well_formed(len(got), got)
     got = np.asarray(got)
-    if got.ndim != 2 or got.shape[0] != len(case["ids"]):
-        return f"logits shape {got.shape}, expected [{len(case['ids'])}, n_vocab]"
+    where_at = answered_rows(case, got)
+    if got.ndim != 2 or where_at is None:
+        return f"logits shape {got.shape}, expected {asked}[{n_ids}, n_vocab]"
     if not logit_metrics.all_finite(got):
-        return f"non-finite logits at positions {np.flatnonzero(~np.isfinite(got).all(-1))[:10]}"
+        bad = np.flatnonzero(~np.isfinite(got).all(-1))[:10]
+        return f"non-finite logits at positions {[where_at[i] for i in bad]}"
     return None
 
 
@@ -97,6 +129,7 @@ def check_exact(
     model_id: str, case: dict[str, Any], got: np.ndarray
 ) -> tuple[str | None, logit_metrics.Comparison]:
     """None when the engine's logits meet the exact class against transformers; else why not."""
+    got = asked_rows(case, got)
     tol = exact_tolerance(model_id)
     cmp = compare(case["hf"], case["positions"], got, tie_margin=2 * tol)
     kl_tol = 0.5 * tol * tol + STORAGE_KL
@@ -109,7 +142,7 @@ def check_exact(
         ids, logprobs, lse = logit_metrics.parse_record(case["hf"])
         ref = logprobs + lse[:, None]
         # row by row: no [P, n_vocab] copy of the answer
-        sel = np.array([got[p][row] for p, row in zip(case["positions"], ids, strict=True)])
+        sel = np.array([got[t][row] for t, row in enumerate(ids)])
         err = np.abs(sel - ref)
         t = int(np.flatnonzero(err.max(-1) > tol)[0])
         j = int(err[t].argmax())
@@ -131,6 +164,7 @@ def check_exact(
 
 def check_quantized(case: dict[str, Any], got: np.ndarray) -> tuple[str | None, logit_metrics.Comparison]:
     """None when the engine's logits are within the quantized class's bounds of llama.cpp's."""
+    got = asked_rows(case, got)
     cmp = compare(case["llamacpp"], case["positions"], got, tie_margin=QUANTIZED_TIE_MARGIN)
     top1 = cmp.top1_agree_ties_excused
     problems = []

@@ -289,19 +289,16 @@ def judged_points(case: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]
     return [(case["ids"], case["reference"])]
 
 
-def _as_positions(row: np.ndarray | NamedLogprobs, n: int) -> tuple[str | None, Any]:
-    """``row`` as the logits answer of ``n`` positions the logits check reads (only the
-    last is read: every other row of the view is the same memory), or why it is not one."""
+def _last_row(row: np.ndarray | NamedLogprobs) -> tuple[str | None, Any]:
+    """``row`` as the logits answer of the one position the logits check reads (the last:
+    a case's ``positions`` is ``[len(ids) - 1]``), or why it is not one."""
     if isinstance(row, NamedLogprobs):
         if (bad := logit_named.well_formed(1, row)) is not None:
             return f"the last position's named log-probabilities: {bad}", None
-        k = row.ids.shape[1]
-        return None, NamedLogprobs(
-            row.n_vocab, np.broadcast_to(row.ids, (n, k)), np.broadcast_to(row.logprobs, (n, k)), row.unnamed
-        )
+        return None, row
     if row.ndim != 1 or not np.isfinite(row).all():
         return f"the last position's logits are not a finite row (shape {row.shape})", None
-    return None, np.broadcast_to(row, (n, len(row)))
+    return None, row[None, :]
 
 
 def judge_row(
@@ -313,7 +310,7 @@ def judge_row(
 ) -> tuple[str | None, Any]:
     """The logits gate's check of one class on the last position of ``ids``: None or why not,
     and the comparison (``kl_mean`` is the position's KL)."""
-    problem, got = _as_positions(row, len(ids))
+    problem, got = _last_row(row)
     if problem is not None:
         return problem, None
     case = {"ids": ids, "positions": [len(ids) - 1], "hf": reference, "llamacpp": reference}
@@ -512,14 +509,13 @@ def judge_reuse(conformance_class: str, model_id: str, case: dict[str, Any], pla
     return None
 
 
-def record_answer(n_positions: int, record: dict[str, Any]) -> NamedLogprobs:
-    """A recorded last-position row (``topk_record`` form) as a logits answer for ``n_positions``
-    positions: the last names the record's top-k ids and log-probabilities, the others nothing
+def record_answer(record: dict[str, Any]) -> NamedLogprobs:
+    """A recorded last-position row (``topk_record`` form) as the logits answer of that one
+    position: the record's top-k ids and log-probabilities named, nothing said of the rest
     (the form in which the logits stage judges an engine naming only its top candidates)."""
     ids, logprobs, _ = logit_metrics.parse_record(record)
-    rows: list[dict[int, float]] = [{} for _ in range(n_positions - 1)]
-    rows.append(dict(zip(ids[0].tolist(), logprobs[0].tolist(), strict=True)))
-    return NamedLogprobs.from_rows(rows, int(ids.max()) + 1, "a recorded row names its top-k only")
+    row = dict(zip(ids[0].tolist(), logprobs[0].tolist(), strict=True))
+    return NamedLogprobs.from_rows([row], int(ids.max()) + 1, "a recorded row names its top-k only")
 
 
 def judge_record(
@@ -531,7 +527,7 @@ def judge_record(
     judged as a whole row's is — the answer's first id is its row's top-1, which the named form
     cannot know on a flat row whose top-k holds little of the mass."""
     case = {"ids": ids, "positions": [len(ids) - 1], "hf": reference, "llamacpp": reference}
-    failure, cmp = logits.check(conformance_class, model_id, case, record_answer(len(ids), answer))
+    failure, cmp = logits.check(conformance_class, model_id, case, record_answer(answer))
     if cmp.disagreements:
         return failure, cmp
     ref_ids, ref_lp, ref_lse = logit_metrics.parse_record(reference)

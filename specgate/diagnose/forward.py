@@ -382,15 +382,13 @@ def ask(engine: Any, stage: str, model: Any, inp: Mapping[str, Any]) -> Answer:
 
     if stage.partition("/")[2] not in engine.classes:
         not_applicable(f"{engine.name} does not claim the {stage.partition('/')[2]!r} class")
-    ids = list(inp["ids"])
-    got = logits_check.answer(call(engine, "logits", model, ids))
-    failure = logits_check.well_formed({"ids": ids}, got)
+    ids, at = list(inp["ids"]), positions_of(inp["ids"])
+    got = logits_check.answer(call(engine, "logits", model, ids, positions=at))
+    failure = logits_check.well_formed({"ids": ids, "positions": at}, got)
     if failure:
         raise ValueError(failure)
-    at = positions_of(ids)
-    if isinstance(got, NamedLogprobs):
-        return Answer(model.id, ids, NamedLogprobs(got.n_vocab, got.ids[at], got.logprobs[at], got.unnamed))
-    return Answer(model.id, ids, np.ascontiguousarray(got[at]))
+    rows = logits_check.asked_rows({"positions": at}, got)
+    return Answer(model.id, ids, rows if isinstance(rows, NamedLogprobs) else np.ascontiguousarray(rows))
 
 
 CATALOGUE: tuple[Hypothesis, ...] = tuple(

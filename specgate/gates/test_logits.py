@@ -1,8 +1,9 @@
-"""Logits gate: the engine's logits for every position of each prompt, judged in the
-``exact`` class (against transformers' float32 forward on the same dequantized
-weights) and the ``quantized`` class (against llama.cpp on the same GGUF). The rules
-and tolerances are in ``specgate.checks.logits``; an unclaimed class is n/a. The
-engine computes each prompt's logits once, whichever classes read them."""
+"""Logits gate: the engine's logits at each prompt's recorded positions (asked as the
+request's ``positions``), judged in the ``exact`` class (against transformers' float32
+forward on the same dequantized weights) and the ``quantized`` class (against llama.cpp
+on the same GGUF). The rules and tolerances are in ``specgate.checks.logits``; an
+unclaimed class is n/a. The engine computes each prompt's logits once, whichever classes
+read them."""
 
 import pytest
 
@@ -17,8 +18,8 @@ def test_logits(engine, specgate, model, model_id, case_id, case, conformance_cl
     label = f"[logits/{conformance_class}] model {model_id}, prompt {case_id} ({len(case['ids'])} tokens), vs {reference}"
     claims(engine, "logits", conformance_class)
     got = specgate.answers.get(
-        ("logits", model.id, tuple(case["ids"])),
-        lambda: checks.answer(call(engine, "logits", model, case["ids"])),
+        ("logits", model.id, tuple(case["ids"]), tuple(case["positions"])),
+        lambda: checks.answer(call(engine, "logits", model, case["ids"], positions=case["positions"])),
     )
     fail_if(checks.well_formed(case, got), label)
     failure, cmp = checks.check(conformance_class, model_id, case, got)

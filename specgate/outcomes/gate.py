@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 import pytest
 
 from impl.bounds import BOUNDS, cut
+from impl.ops import accepted
 from impl.protocol import Engine, EngineError, ModelRef, Unsupported
 
 OUTCOMES = ("pass", "fail", "refused", "n/a", "reference-disagreement", "error")
@@ -98,7 +99,8 @@ def call(
     (``refusal_expected``: a template the reference refuses must be refused), then
     ``Unsupported`` propagates to the gate. Any other exception becomes
     ``EngineError`` (outcome ``error``) naming the stage, so a crashing engine never
-    aborts the run and never passes for a refusal.
+    aborts the run and never passes for a refusal. An argument the engine may ignore
+    (``impl.ops.accepted``: ``logits``' ``positions``) is not passed to a method without it.
     """
     if not engine.offers(capability):
         not_applicable(f"{engine.name} does not offer {capability!r}")
@@ -106,7 +108,8 @@ def call(
         if why := getattr(engine, "unsupported_model", lambda m: "")(model):
             not_applicable(why)
     try:
-        return getattr(engine, method or capability)(*args, **kwargs)
+        target = getattr(engine, method or capability)
+        return target(*args, **accepted(method or capability, target, kwargs))
     except Unsupported as exc:
         if refusal_expected:
             raise

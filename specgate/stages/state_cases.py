@@ -416,7 +416,7 @@ def oracle_vs_logits_snapshot(model: Any, max_tokens: int = CHECK_TOKENS) -> dic
     for conformance_class, (reference, _) in logits.CLASSES.items():
         worst = {"max_abs_dlogit": 0.0, "kl_mean": 0.0}
         for case_id, case in cases.items():
-            got = np.asarray(oracle.logits(model, case["ids"]), dtype=np.float32)
+            got = np.asarray(oracle.logits(model, case["ids"], case["positions"]), dtype=np.float32)
             failure, cmp = logits.check(conformance_class, model.id, case, got)
             if failure:
                 raise SystemExit(

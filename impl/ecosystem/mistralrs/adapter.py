@@ -205,10 +205,13 @@ def logits(request: dict[str, Any]) -> dict[str, Any]:
     ids = [int(i) for i in request["ids"]]
     k = int(request.get("top_k") or 0) or FULL_ARRAY_K
     named = last_top(request["model"], ids, k)
-    top_k = last_position_top_k(named, len(ids), request["model"]["gguf"])
+    # one row per position asked when the prompt's last is among them (its row last), else one per id
+    positions = request.get("positions")
+    n_rows = len(positions) if positions and positions[-1] == len(ids) - 1 else len(ids)
+    top_k = last_position_top_k(named, n_rows, request["model"]["gguf"])
     top_k["unnamed"] = (
         f"mistral.rs reports log-probs only for the tokens it generates (its top {k}, by id): "
-        f"only the prompt's last position is asked, the other {len(ids) - 1} are left unnamed"
+        f"only the prompt's last position is asked, the other {n_rows - 1} rows are left unnamed"
     )
     return {"top_k": top_k}
 
