@@ -119,6 +119,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     group_by_model(items)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from specgate.run import scheduling
+
+    return scheduling.make_scheduler(config, log)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params.parametrize(metafunc)
 

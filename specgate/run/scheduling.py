@@ -1,0 +1,51 @@
+"""How a gate run on several pytest-xdist workers shares out its cases.
+
+xdist's default (``--dist load``) hands out the collected items in long consecutive
+chunks at the start: the gate cases run model by model (``selection.group_by_model``), so
+one worker received the whole block of the 0.5B model — nearly all the forward work —
+while the other ran the tokenizer and tiny-model cases and then sat idle. Work stealing
+(``--dist worksteal``) evens the load but splits a case's two conformance classes, and a
+generate prompt's cases, across workers, so each worker computes answers that ``logits``
+and ``generate`` otherwise compute once for both (the 0.5B model's cases: 47 s of work
+became 64 s). One case per unit keeps the pairs but puts both workers on the 0.5B model
+at once, where its one-token steps share the memory bandwidth (its 2 GB of float32
+weights read per step).
+
+``StageScheduling`` hands out one unit per stage and model (``stage_scope``: every case
+and class of one gate function on one model), in the run's order — model by model, the
+largest first — not xdist's order by unit size: each unit's shared answers are computed
+once, the 0.5B model's units go to whichever worker is free, and the other worker runs
+the light units beside them. The main job gating the oracle on 2 cores, one sitting
+(09:00, load 1.5-2), the gate run's wall time: ``load`` 53.8 s (one worker idle from
+26 s), ``worksteal`` 49.2 and 50.4 s, one case per unit 53.8 / 51.3 / 54.0 s, a stage and
+model per unit in size order 58.6 s, in the run's order 49.7 s (workers done at 47 and 43 s).
+
+Used for ``--dist load`` (xdist's default with ``-n``); another ``--dist`` the user names
+is left as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def stage_scope(nodeid: str) -> str:
+    """The unit of work ``nodeid`` belongs to: its gate function and model
+    (``…/test_logits.py::test_logits[qwen2.5-coder-0.5b-instruct``), whatever its case and
+    conformance class; a test without parameters is a unit of its own."""
+    head, bracket, params = nodeid.partition("[")
+    return head + bracket + params.split("/")[0] if bracket else nodeid
+
+
+def make_scheduler(config: Any, log: Any) -> Any:
+    """The scheduler for xdist's ``--dist load``, None (xdist's own) for any other ``--dist``."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class StageScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return stage_scope(nodeid)
+
+    config.option.loadscopereorder = False  # the run's order (heaviest model first), not unit size
+    return StageScheduling(config, log)

@@ -1,0 +1,49 @@
+"""A gate run on two pytest-xdist workers hands out one unit per stage and model
+(``specgate.run.scheduling``): each unit's cases — both conformance classes of a case,
+every case of a generate prompt — run on one worker, whose answers they share, and the
+units go out in the run's order. Shown on a real ``specgate parity -n 2`` run."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import pytest
+
+from specgate.run.scheduling import stage_scope
+from tests.engines.parity_run import run_parity
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "scope"),
+    [
+        ("g/test_logits.py::test_logits[qwen2.5-coder-0.5b-instruct/long_code_512-exact]",
+         "g/test_logits.py::test_logits[qwen2.5-coder-0.5b-instruct"),
+        ("g/test_logits.py::test_logits[qwen2.5-coder-0.5b-instruct/chat_zh-quantized]",
+         "g/test_logits.py::test_logits[qwen2.5-coder-0.5b-instruct"),
+        ("g/test_logits.py::test_logits[tiny-qwen2-f32/chat_zh-exact]", "g/test_logits.py::test_logits[tiny-qwen2-f32"),
+        ("g/test_generate.py::test_generate[tiny-qwen2-f32/greedy/code-exact]",
+         "g/test_generate.py::test_generate[tiny-qwen2-f32"),
+        ("tests/x.py::test_plain", "tests/x.py::test_plain"),
+    ],
+)  # fmt: skip
+def test_a_unit_is_one_gate_function_on_one_model(nodeid, scope):
+    assert stage_scope(nodeid) == scope
+
+
+def test_two_workers_each_run_whole_units_and_both_work(tmp_path):
+    pytest.importorskip("xdist")
+    models = "tiny-qwen2-f32,tiny-qwen3-f32"
+    run = run_parity(
+        tmp_path, "oracle", "logits,generate,state_reuse", models, "-n", "2", "-vv"
+    )  # -q -vv: one line per test
+    assert run.status == 0, run.output[-3000:]
+    workers: dict[str, set[str]] = defaultdict(set)
+    for worker, test, params in re.findall(
+        r"\[(gw\d)\] \[\s*\d+%\] PASSED \S+::(\w+)\[([^\]]+)\]", run.output
+    ):
+        workers[f"{test}[{params.split('/')[0]}"].add(worker)
+    assert len(workers) == 6, sorted(workers)  # three stages on two models: every unit ran
+    split = {unit: sorted(w) for unit, w in workers.items() if len(w) > 1}
+    assert not split, f"units run on more than one worker: {split}"
+    assert set().union(*workers.values()) == {"gw0", "gw1"}, "one worker did all the work"
