@@ -67,6 +67,16 @@ class ModelRef:
             raise ValueError(f"model {self.id!r}: loader {self.loader!r} is not one of {', '.join(LOADERS)}")
 
 
+def answered_positions(n_rows: int | None, n_ids: int, positions: Sequence[int] | None) -> list[int] | None:
+    """The position of each row of a ``logits`` answer of ``n_rows`` rows over ``n_ids`` ids:
+    ``positions`` when it holds one row per position asked, every position when one per id
+    (an engine may ignore ``positions``, PROTOCOL.md 4.3; when every position is asked the
+    two are the same); None for any other row count."""
+    if positions is not None and n_rows == len(positions):
+        return list(positions)
+    return list(range(n_ids)) if n_rows == n_ids else None
+
+
 def has_weights(model: ModelRef) -> bool:
     """Whether ``model``'s GGUF holds weights (a forward pass can run on it)."""
     return bool(model.weights)

@@ -50,6 +50,7 @@ from impl.protocol import (
     EngineDied,
     EngineError,
     Unsupported,
+    answered_positions,
 )
 
 STDERR_TAIL_LINES = 20  # lines of the engine's stderr quoted in an error message
@@ -499,9 +500,8 @@ def _logits_answer(result: Any, args: dict[str, Any]) -> Any:
     if isinstance(result, dict) and "top_k" in result:
         result = wire.expand_top_k(result["top_k"], n_vocab)
     n_ids, positions = len(args["ids"]), args.get("positions")
-    every = positions is None or (
-        hasattr(result, "__len__") and not isinstance(result, (str, dict)) and len(result) == n_ids
-    )
+    answered = len(result) if hasattr(result, "__len__") and not isinstance(result, (str, dict)) else None
+    every = positions is None or answered_positions(answered, n_ids, positions) == list(range(n_ids))
     n_rows, per = (n_ids, "one per id") if every else (len(positions), "one per position asked")
     if isinstance(result, NamedLogprobs):
         if len(result) != n_rows:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from impl.named_logprobs import NamedLogprobs
+from impl.protocol import answered_positions
 from specgate.checks import logit_metrics, logit_named
 
 EXACT_MAX_ABS_TINY = 3e-4  # measured worst 7.4e-5 (tiny-qwen2-tied-q4_k); 1.2e-5..3.2e-5 on the others
@@ -78,15 +79,9 @@ def unjudged(got: Any, cmp: logit_metrics.Comparison) -> str | None:
 
 
 def answered_rows(case: dict[str, Any], got: Any) -> list[int] | None:
-    """The position of each row of ``got``: the case's ``positions`` when it holds one row
-    per position asked, every position when one per id (an engine may ignore the
-    positions, PROTOCOL.md 4.3; when every position is recorded the two are the same);
-    None for any other row count."""
-    n_ids, positions = len(case["ids"]), case.get("positions")
+    """The position of each row of ``got`` for this case (``impl.protocol.answered_positions``)."""
     rows = len(got) if isinstance(got, NamedLogprobs) else (np.shape(got) or (None,))[0]
-    if positions is not None and rows == len(positions):
-        return list(positions)
-    return list(range(n_ids)) if rows == n_ids else None
+    return answered_positions(rows, len(case["ids"]), case.get("positions"))
 
 
 def asked_rows(case: dict[str, Any], got: Any) -> Any:
