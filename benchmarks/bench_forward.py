@@ -2,10 +2,13 @@
 (float32, loading the same GGUF) and llama.cpp (2 threads) on the same model.
 
 Each engine runs in its own subprocess so that its peak RSS (``ru_maxrss``) is its
-own: load, one warm-up prefill, a timed prefill of ``--prefill`` tokens, then
-``--decode`` greedy single-token steps on the KV cache.
+own: load, one warm-up prefill, then ``--repeats`` rounds of a timed prefill of
+``--prefill`` tokens from an empty cache and ``--decode`` greedy single-token steps on
+the KV cache; the median round's prefill and decode times are reported. One round is not
+enough on a shared machine: the same engine's prefill varied by ±15 % from one run to the
+next (2-core VM, 2026-12-07), more than the differences measured.
 
-    python benchmarks/bench_forward.py [--model qwen2.5-coder-0.5b-instruct] [--prefill 512] [--decode 32]
+    python benchmarks/bench_forward.py [--model qwen2.5-coder-0.5b-instruct] [--prefill 512] [--decode 32] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -22,6 +26,14 @@ from pathlib import Path
 ENGINES = ("oracle", "oracle_streaming", "transformers", "llamacpp")
 THREADS = 2
 MODEL_ID = "qwen2.5-coder-0.5b-instruct"  # set from --model in the child
+REPEATS = 5  # set from --repeats in the child
+
+
+def median_round(one_round) -> dict[str, float]:
+    """``one_round()`` -> (prefill seconds, decode seconds), ``REPEATS`` times: the medians."""
+    rounds = [one_round() for _ in range(REPEATS)]
+    return {"prefill_s": statistics.median(r[0] for r in rounds),
+            "decode_s": statistics.median(r[1] for r in rounds)}  # fmt: skip
 
 
 def _ids(n: int) -> list[int]:
@@ -40,15 +52,19 @@ def run_oracle(
     model = Model.from_gguf(path, budget_bytes=DEFAULT_BUDGET_BYTES if budget_bytes is None else budget_bytes)
     model.prefill(prefill[:8])  # warm-up: dequantizes and caches the weights
     load = time.perf_counter() - t
-    model.reset()
-    t = time.perf_counter()
-    logits = model.prefill(prefill)
-    t_prefill = time.perf_counter() - t
-    token = int(logits[-1].argmax())
-    t = time.perf_counter()
-    for _ in range(n_decode):
-        token = int(model.step(token).argmax())
-    return {"load_s": load, "prefill_s": t_prefill, "decode_s": time.perf_counter() - t}
+
+    def one_round() -> tuple[float, float]:
+        model.reset()
+        t = time.perf_counter()
+        logits = model.prefill(prefill)
+        t_prefill = time.perf_counter() - t
+        token = int(logits[-1].argmax())
+        t = time.perf_counter()
+        for _ in range(n_decode):
+            token = int(model.step(token).argmax())
+        return t_prefill, time.perf_counter() - t
+
+    return {"load_s": load, **median_round(one_round)}
 
 
 def run_oracle_streaming(path: Path, prefill: list[int], n_decode: int) -> dict[str, float]:
@@ -68,15 +84,19 @@ def run_transformers(path: Path, prefill: list[int], n_decode: int) -> dict[str,
     with torch.inference_mode():
         model(torch.tensor([prefill[:8]]))
         load = time.perf_counter() - t
-        t = time.perf_counter()
-        out = model(torch.tensor([prefill]), use_cache=True)
-        t_prefill = time.perf_counter() - t
-        past, token = out.past_key_values, int(out.logits[0, -1].argmax())
-        t = time.perf_counter()
-        for _ in range(n_decode):
-            out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+
+        def one_round() -> tuple[float, float]:
+            t = time.perf_counter()
+            out = model(torch.tensor([prefill]), use_cache=True)  # a new cache each round
+            t_prefill = time.perf_counter() - t
             past, token = out.past_key_values, int(out.logits[0, -1].argmax())
-    return {"load_s": load, "prefill_s": t_prefill, "decode_s": time.perf_counter() - t}
+            t = time.perf_counter()
+            for _ in range(n_decode):
+                out = model(torch.tensor([[token]]), past_key_values=past, use_cache=True)
+                past, token = out.past_key_values, int(out.logits[0, -1].argmax())
+            return t_prefill, time.perf_counter() - t
+
+        return {"load_s": load, **median_round(one_round)}
 
 
 def run_llamacpp(path: Path, prefill: list[int], n_decode: int) -> dict[str, float]:
@@ -90,16 +110,20 @@ def run_llamacpp(path: Path, prefill: list[int], n_decode: int) -> dict[str, flo
     llm = LlamaCppEngine().llama(model_ref(MODEL_ID), vocab_only=False)
     llm.eval(prefill[:8])
     load = time.perf_counter() - t
-    llm.reset()
-    t = time.perf_counter()
-    llm.eval(prefill)
-    t_prefill = time.perf_counter() - t
-    token = int(np.argmax(llm.scores[len(prefill) - 1]))
-    t = time.perf_counter()
-    for _ in range(n_decode):
-        llm.eval([token])
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    return {"load_s": load, "prefill_s": t_prefill, "decode_s": time.perf_counter() - t}
+
+    def one_round() -> tuple[float, float]:
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(prefill)
+        t_prefill = time.perf_counter() - t
+        token = int(np.argmax(llm.scores[len(prefill) - 1]))
+        t = time.perf_counter()
+        for _ in range(n_decode):
+            llm.eval([token])
+            token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        return t_prefill, time.perf_counter() - t
+
+    return {"load_s": load, **median_round(one_round)}
 
 
 def child(engine: str, path: Path, n_prefill: int, n_decode: int) -> None:
@@ -115,6 +139,9 @@ def main() -> int:
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     parser.add_argument("--prefill", type=int, default=512)
     parser.add_argument("--decode", type=int, default=32)
+    parser.add_argument(
+        "--repeats", type=int, default=REPEATS, help="timed rounds per engine (the median is shown)"
+    )
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -122,7 +149,7 @@ def main() -> int:
 
     path = model_ref(args.model).gguf
     if args.child:
-        globals()["MODEL_ID"] = args.model
+        globals()["MODEL_ID"], globals()["REPEATS"] = args.model, args.repeats
         child(args.child, path, args.prefill, args.decode)
         return 0
     env = {
@@ -134,14 +161,14 @@ def main() -> int:
     rows = {}
     for engine in args.engines.split(","):
         proc = subprocess.run([sys.executable, __file__, "--model", args.model, "--prefill", str(args.prefill),
-                               "--decode", str(args.decode), "--child", engine],
+                               "--decode", str(args.decode), "--repeats", str(args.repeats), "--child", engine],
                               capture_output=True, text=True, env=env)  # fmt: skip
         if proc.returncode != 0:
             print(f"{engine}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
             continue
         rows[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"model {args.model} ({path.stat().st_size / 1e9:.2f} GB GGUF), prefill {args.prefill} tokens, "
-          f"decode {args.decode} tokens, {THREADS} threads")  # fmt: skip
+          f"decode {args.decode} tokens, {THREADS} threads, median of {args.repeats} rounds")  # fmt: skip
     print(f"{'engine':<14}{'load s':>8}{'prefill tok/s':>15}{'decode tok/s':>14}{'peak RSS GB':>13}")
     for engine, r in rows.items():
         print(f"{engine:<14}{r['load_s']:>8.1f}{args.prefill / r['prefill_s']:>15.1f}"
