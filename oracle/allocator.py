@@ -16,8 +16,8 @@ free heap stays mapped, so the second layer reuses the first layer's pages. Noth
 computed changes — only which pages hold the numbers. It is process-wide and
 idempotent; on a C library without ``mallopt`` (not glibc) it does nothing.
 
-What it costs: a process keeps up to ``TRIM_THRESHOLD_BYTES`` of freed memory
-resident after a pass, instead of giving it back — reused by the next pass. A block
+What it costs: a process keeps up to ``TRIM_THRESHOLD_BYTES`` (512 MiB) of freed
+memory resident after a pass, instead of giving it back — reused by the next pass. A block
 above ``MMAP_THRESHOLD_BYTES`` (the logits of a prompt of more than ~880 tokens of a
 151,936-token vocabulary) is mapped and given back as before.
 """
@@ -29,7 +29,7 @@ import ctypes
 M_TRIM_THRESHOLD = -1  # glibc <malloc.h>
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 512 << 20  # every temporary of a 512-token prefill (its logits: 311 MB)
-TRIM_THRESHOLD_BYTES = 1 << 30
+TRIM_THRESHOLD_BYTES = 512 << 20  # freed memory kept at the heap's top for the next pass
 
 
 def keep_freed_memory() -> bool:
