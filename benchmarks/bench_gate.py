@@ -98,6 +98,8 @@ def run_commit(repo: Path, commit: str, workdir: Path, gate_args: list[str]) -> 
         sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(tree)}
+        if "-n" in gate_args:  # as ``nox -s parity`` runs its workers: one BLAS thread each
+            env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         reports, log = workdir / f"reports-{sha}", workdir / f"{sha}.log"
         steps, before = {}, load()
         for name, args in (("models fetch", ["models", "fetch"]), ("models tiny", ["models", "tiny"])):

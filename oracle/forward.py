@@ -25,8 +25,7 @@ hyper-parameters come from ``oracle.dispatch``, and ``oracle.load_checks`` holds
 file to them before anything runs. Attention is the definition's result computed in
 blocks (``oracle.attention_blocked``). Everything is float32 numpy:
 matrix products go to BLAS, and a prompt is processed as one [T, n_embd] block —
-there is no Python loop over tokens. A pass's temporaries are served from
-memory the last layer freed (``oracle.allocator``), not from fresh pages.
+there is no Python loop over tokens.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from oracle import attention_blocked, rope
-from oracle.allocator import keep_freed_memory
 from oracle.dispatch import dispatch
 from oracle.gguf import GGUFFile, open_gguf
 from oracle.kv_cache import ContextOverflow, KVCache
@@ -86,7 +84,6 @@ class Model:
         store: WeightsStore | None = None,
     ) -> None:
         spec = dispatch(gguf)
-        keep_freed_memory()
         self.hparams = hp = check_runnable(gguf, spec)  # names every missing or misshapen tensor
         self.architecture = spec.architecture
         self.weights = Weights(gguf, budget_bytes, store)
