@@ -89,6 +89,11 @@ def stage_table(report_dir: Path) -> dict[tuple[str, str], list[float]]:
     return table
 
 
+def has_workers(gate_args: list[str]) -> bool:
+    """Whether the gate arguments ask for xdist workers (``-n 2``, ``-n2``, ``--numprocesses=2``)."""
+    return any(a.startswith(("-n", "--numprocesses")) for a in gate_args)
+
+
 def run_commit(repo: Path, commit: str, workdir: Path, gate_args: list[str]) -> dict[str, object]:
     tree = workdir / commit.replace("/", "_")
     subprocess.run(
@@ -98,7 +103,7 @@ def run_commit(repo: Path, commit: str, workdir: Path, gate_args: list[str]) -> 
         sha = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        if "-n" in gate_args:  # as ``nox -s parity`` runs its workers: one BLAS thread each
+        if has_workers(gate_args):  # as ``nox -s parity`` runs its workers: one BLAS thread each
             env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
         reports, log = workdir / f"reports-{sha}", workdir / f"{sha}.log"
         steps, before = {}, load()
