@@ -38,6 +38,10 @@ class PerModel:
         self._loaded[key] = value
         return value
 
+    def loaded_values(self) -> list[Any]:
+        """The values loaded now, least recently used first."""
+        return list(self._loaded.values())
+
     def loaded_keys(self) -> list[Hashable]:
         """The keys loaded now, least recently used first."""
         return list(self._loaded)

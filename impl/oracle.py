@@ -68,12 +68,14 @@ def load_forward_model(path: Path) -> Any:
     return Model.from_gguf(_gguf(path), store=None if folder is None else WeightsStore(folder))
 
 
-def release_forward() -> None:
+def release_forward() -> int:
     """Drop the loaded forward ``Model`` (its float32 weights) and the kept trace points;
-    the next call loads it again."""
+    the next call loads it again. Returns the bytes of weights dropped."""
+    dropped = sum(model.weights.cached_bytes for model in _forward_models.loaded_values())
     _forward_models.clear()
     _traced.clear()
     _decoded.clear()
+    return dropped
 
 
 def check_points(points: Sequence[str], n_layer: int) -> None:

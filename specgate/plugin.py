@@ -271,6 +271,13 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """The run's end (``run_end.summary``: the matrix, the diagnosis and shrinking, the
+    reports), once per run: by the controller, not by each pytest-xdist worker, whose
+    terminal nobody reads and whose records are a part of the run's (each worker wrote
+    every report file of its part and drew the PNG, ~3.6 s of the main job, before the
+    controller overwrote them)."""
+    if hasattr(config, "workerinput"):
+        return
     run_end.summary(terminalreporter, config)
 
 

@@ -12,7 +12,7 @@ marker before it is stored.
 One function per format, and every place that writes engine text (handshake fields,
 messages, answers, case ids, stage and model names read from a merged report, stderr)
 goes through it: ``md_text`` / ``md_inline`` / ``md_fence`` (Markdown), ``html_text``
-(HTML), ``xml_text`` (JUnit XML), ``png_text`` (the PNG's matplotlib text and text
+(HTML), ``xml_text`` (JUnit XML), ``png_text`` (the PNG's drawn text and text
 chunks), ``terminal`` (the terminal), ``files.safe_component`` (file names).
 """
 
@@ -99,10 +99,10 @@ def xml_text(text: str) -> str:
 
 
 def png_text(text: str) -> str:
-    """Text drawn into the PNG by matplotlib: one line, controls as escapes, and ``$``
-    escaped so that no part of it is parsed as mathtext (which an unmatched ``$`` or an
-    unknown command would turn into an error)."""
-    return one_line(str(text)).replace("$", r"\$")
+    """Text drawn into the PNG: one line, controls escaped, and every code point outside
+    printable ASCII written as an escape (``\\u4e2d``) — the PNG's font (Pillow's own)
+    draws ASCII only, anything else as the same empty box."""
+    return _NOT_PLAIN.sub(lambda m: _escape_code(ord(m[0])), one_line(str(text)))
 
 
 def record_message(report: Any, message: str) -> str:
@@ -128,38 +128,54 @@ def _invisible(ch: str) -> bool:
     return cat[0] in "MC" or (cat[0] == "Z" and ch != " ")
 
 
+#: The code points ``escaped`` and ``json_escaped`` look at: every one but tab, newline and
+#: printable ASCII (none of which is invisible), so a report of mostly ASCII text is scanned
+#: by the regex engine, not one Python call per character.
+_NOT_PLAIN = re.compile(r"[^\t\n\x20-\x7e]")
+
+
+def _escape_code(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _json_escape_code(code: int) -> str:
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def escaped(text: str, double_backslashes: bool = True) -> str:
     """``text`` with every invisible or combining code point written as an escape
-    (``e\\u0301`` for a decomposed é, ``\\x85`` for NEL, ``\\u00a0`` for a no-break
+    (``e\\u0301`` for a decomposed é, ``\\x85`` for NEL, ``\\xa0`` for a no-break
     space); tab and newline kept (the displays show them), a backslash doubled so an
     escape in the text is told from one made here (``double_backslashes=False`` for a
-    message, whose quoted texts already carry Python's escapes)."""
+    message, whose quoted texts already carry Python's escapes). The definition, one code
+    point at a time, is ``escaped_plain``."""
+    text = text.replace("\\", "\\\\") if double_backslashes else text
+    return _NOT_PLAIN.sub(lambda m: _escape_code(ord(m[0])) if _invisible(m[0]) else m[0], text)
+
+
+def escaped_plain(text: str, double_backslashes: bool = True) -> str:
+    """``escaped`` by its definition: every code point looked at (tests hold the two equal)."""
     out = []
     for ch in text.replace("\\", "\\\\") if double_backslashes else text:
-        if ch in "\t\n" or not _invisible(ch):
-            out.append(ch)
-        else:
-            code = ord(ch)
-            out.append(
-                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )
+        out.append(ch if ch in "\t\n" or not _invisible(ch) else _escape_code(ord(ch)))
     return "".join(out)
 
 
 def json_escaped(value: Any, indent: int | None = None) -> str:
     """``value`` as JSON (non-ASCII text kept readable) with every invisible or
     combining code point written as a JSON ``\\uXXXX`` escape: still valid JSON that
-    loads to the same value, but ``"e\\u0301"`` is not shown as ``"é"``."""
+    loads to the same value, but ``"e\\u0301"`` is not shown as ``"é"``. The definition,
+    one code point at a time, is ``json_escaped_plain``."""
     text = json.dumps(value, ensure_ascii=False, indent=indent)
+    return _NOT_PLAIN.sub(lambda m: _json_escape_code(ord(m[0])) if _invisible(m[0]) else m[0], text)
+
+
+def json_escaped_plain(value: Any, indent: int | None = None) -> str:
+    """``json_escaped`` by its definition: every code point looked at (tests hold the two equal)."""
     out = []
-    for ch in text:
-        if ch in "\t\n" or not _invisible(ch):
-            out.append(ch)
-        else:
-            code = ord(ch)
-            if code < 0x10000:
-                out.append(f"\\u{code:04x}")
-            else:
-                code -= 0x10000
-                out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    for ch in json.dumps(value, ensure_ascii=False, indent=indent):
+        out.append(ch if ch in "\t\n" or not _invisible(ch) else _json_escape_code(ord(ch)))
     return "".join(out)

@@ -156,3 +156,33 @@ def test_the_append_memo_keeps_its_byte_budget(forward_calls):
         memo.append(forward.cache, PROMPT[n : n + 1], None, lambda n=n: forward.prefill(PROMPT[n : n + 1]))
         assert memo.held <= memo.budget
     assert len(memo._entries) == 3 and memo.misses == 9  # the three newest kept
+
+
+def test_released_forward_weights_go_by_reference_count_alone(forward_calls):
+    """The gates collect garbage after a model change only when large weights went
+    (``specgate.gates.COLLECT_BYTES``): the oracle's ``Model`` — used by every kind of
+    request first — must be freed the moment ``release_forward`` drops it, with no
+    collection, and the bytes it reports are its weights'."""
+    import gc
+    import weakref
+
+    model, engine = model_ref(MODEL_ID), OracleEngine()
+    engine.logits(model, PROMPT, positions=[3, 11])
+    engine.trace(model, PROMPT, ["l_out-1"])
+    engine.generate(model, PROMPT, {"max_tokens": 3, "temperature": 0.0})
+    sid = engine.session_open(model)
+    engine.session_append(sid, PROMPT)
+    engine.session_generate(sid, {"max_tokens": 2, "temperature": 0.0})
+    cid = engine.conversation_open(model)
+    engine.conversation_turn(cid, [{"role": "user", "content": "hi"}])
+    (loaded,) = impl.oracle._forward_models.loaded_values()
+    gone, weights = weakref.ref(loaded), loaded.weights.cached_bytes
+    del loaded
+    assert weights > 0
+    gc.disable()
+    try:
+        assert release_forward() == weights
+        assert gone() is None, "the released Model is kept alive by a reference cycle"
+    finally:
+        gc.enable()
+    assert release_forward() == 0  # nothing loaded: nothing dropped

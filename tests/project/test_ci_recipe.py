@@ -33,7 +33,7 @@ class Shard:
 
 
 def test_merge_writes_the_junit_xml_and_the_png_and_summary_embeds_it(tmp_path: Path, capsys) -> None:
-    pytest.importorskip("matplotlib", reason="the PNG needs the report extra")
+    pytest.importorskip("PIL", reason="the PNG needs the report extra")
     cases = [
         GateRecord("encode", "qwen3-vocab", "pass", "specgate/gates/test_encode.py::test_encode[a]"),
         GateRecord(

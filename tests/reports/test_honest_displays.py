@@ -174,7 +174,7 @@ def test_the_reported_top1_is_the_one_the_verdict_judged() -> None:
 
 
 def test_the_png_carries_the_verdict_and_date(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("PIL")
     from PIL import Image
 
     run = SimpleNamespace(
@@ -191,3 +191,26 @@ def test_the_png_carries_the_verdict_and_date(tmp_path: Path) -> None:
     run.records = [GateRecord("split", MODEL, "pass", "p", "", {}, "c")]
     (png,) = [p for p in report.write_reports(run, tmp_path / "ok") if p.suffix == ".png"]
     assert Image.open(png).text["Verdict"] == "PASS"
+
+
+def test_the_png_shows_each_outcome_in_its_colour(tmp_path: Path) -> None:
+    """A row's only outcome fills its cell in the outcome's full colour (the colour table
+    of ``parity_report``: fail (0.80, 0.10, 0.10), pass (0.13, 0.55, 0.13) — here in
+    8-bit), an outcome no row has is drawn nowhere, and every row is drawn."""
+    pytest.importorskip("PIL")
+    from collections import Counter
+
+    from PIL import Image
+
+    table = {("split", "m-a"): Counter(fail=2), ("encode", "m-a"): Counter({"pass": 3})}
+    one = report.write_heatmap(table, tmp_path / "two.png", "cmd:engine")
+    more = report.write_heatmap(
+        {**table, ("decode", "m-b"): Counter(fail=1)}, tmp_path / "three.png", "cmd:engine"
+    )
+    with Image.open(one) as picture:
+        colours = {colour for _, colour in picture.convert("RGB").getcolors(1 << 20)}
+        small = picture.size
+    assert (204, 26, 26) in colours and (33, 140, 33) in colours, sorted(colours)[:20]
+    assert (128, 26, 153) not in colours  # error: no case
+    with Image.open(more) as picture:
+        assert picture.size[1] > small[1]

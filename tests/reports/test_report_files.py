@@ -153,7 +153,7 @@ def test_a_hostile_stage_and_node_id_in_a_shard_are_inert(tmp_path: Path) -> Non
     assert any("FAKE" in n for n in names), names  # there, as text
     (html,) = out.glob("parity-*.html")
     assert not RAW_CONTROLS.search(html.read_text(encoding="utf-8"))
-    assert list(out.glob("parity-*.png")) or "matplotlib not installed" in proc.stdout
+    assert list(out.glob("parity-*.png")) or "Pillow not installed" in proc.stdout
 
 
 def test_a_model_id_that_is_a_path_is_refused_never_read(tmp_path: Path) -> None:

@@ -47,3 +47,19 @@ def test_two_workers_each_run_whole_units_and_both_work(tmp_path):
     split = {unit: sorted(w) for unit, w in workers.items() if len(w) > 1}
     assert not split, f"units run on more than one worker: {split}"
     assert set().union(*workers.values()) == {"gw0", "gw1"}, "one worker did all the work"
+
+
+def test_the_run_end_is_written_once_by_the_controller_with_every_workers_cases(tmp_path):
+    """The matrix, the shrinking and the reports are the run's end: the controller makes
+    them from both workers' records; a worker (whose terminal nobody reads) makes none."""
+    pytest.importorskip("xdist")
+    writers = tmp_path / "writers.txt"
+    run = run_parity(
+        tmp_path, "oracle", "split,decode", "qwen3-vocab", "-n", "2", "-vv", "-p", "tests.run.report_writers",
+        env={"SPECGATE_TEST_WRITERS": str(writers)},
+    )  # fmt: skip
+    assert run.status == 0, run.output[-3000:]
+    assert {"gw0", "gw1"} <= set(re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED", run.output)), run.output[-3000:]
+    assert writers.read_text(encoding="utf-8").split() == ["controller"]
+    gated = len(re.findall(r"PASSED \S+::test_(?:split|decode)\[", run.output))
+    assert gated > 100 and len(run.report["cases"]) == gated
