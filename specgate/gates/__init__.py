@@ -9,12 +9,12 @@ import contextlib
 import sys
 from typing import Any
 
-#: Forward weights whose drop is worth a full garbage collection (the 0.5B's 2 GB are; a
-#: tiny model's few MB are not): a collection walks every live object — ~0.1 s with the
-#: parsed vocabularies a gate worker keeps — and the main job's two workers moved between
-#: models 60 times, 6 s of collections where the oracle's dropped ``Model`` had already been
-#: freed by its reference count.
-COLLECT_BYTES = 64 * 2**20
+#: Forward weights whose drop is worth a full garbage collection (the 0.5B's 1.9 GiB are; a
+#: tiny model's 38-76 MiB, its vocabulary-wide embedding, are not): a collection walks every
+#: live object — ~0.1 s with the parsed vocabularies a gate worker keeps — and the main job's
+#: two workers moved between models 60 times, 6 s of collections where the oracle's dropped
+#: ``Model`` had already been freed by its reference count.
+COLLECT_BYTES = 256 * 2**20
 
 
 def free_unused_memory(collect: bool = True) -> None:
