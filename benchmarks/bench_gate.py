@@ -139,21 +139,22 @@ def print_side_by_side(results: list[dict[str, object]]) -> None:
         )
     keys = sorted(set(old["table"]) | set(new["table"]), key=lambda k: -max(old["table"].get(k, [0, 0])[0],
                                                                            new["table"].get(k, [0, 0])[0]))  # fmt: skip
+    width = max([len("stage"), *(len(k[0]) for k in keys)]) + 2  # state_conversation is 18 characters
     print(
-        f"\n{'stage':<10}{'model':<30}{'cases':>7}{old['commit'][:10]:>12}{new['commit'][:10]:>12}{'new/old':>9}"
+        f"\n{'stage':<{width}}{'model':<30}{'cases':>7}{old['commit'][:10]:>12}{new['commit'][:10]:>12}{'new/old':>9}"
     )
     totals = [[0.0, 0], [0.0, 0]]
     for key in keys:
         a, b = old["table"].get(key, [0.0, 0]), new["table"].get(key, [0.0, 0])
         cases = f"{a[1]}" if a[1] == b[1] else f"{a[1]}->{b[1]}"
         ratio = f"{b[0] / a[0]:.2f}" if a[0] > 0 else "-"
-        print(f"{key[0]:<10}{key[1][:29]:<30}{cases:>7}{a[0]:>11.1f}s{b[0]:>11.1f}s{ratio:>9}")
+        print(f"{key[0]:<{width}}{key[1][:29]:<30}{cases:>7}{a[0]:>11.1f}s{b[0]:>11.1f}s{ratio:>9}")
         for t, row in zip(totals, (a, b), strict=True):
             t[0] += row[0]
             t[1] += row[1]
     (ta, ca), (tb, cb) = totals
     print(
-        f"{'all':<10}{'':<30}{f'{ca}->{cb}' if ca != cb else ca:>7}{ta:>11.1f}s{tb:>11.1f}s{tb / max(ta, 1e-9):>9.2f}"
+        f"{'all':<{width}}{'':<30}{f'{ca}->{cb}' if ca != cb else ca:>7}{ta:>11.1f}s{tb:>11.1f}s{tb / max(ta, 1e-9):>9.2f}"
     )
 
 
