@@ -25,6 +25,11 @@ from tests.engines.parity_run import run_parity
         ("g/test_generate.py::test_generate[tiny-qwen2-f32/greedy/code-exact]",
          "g/test_generate.py::test_generate[tiny-qwen2-f32"),
         ("tests/x.py::test_plain", "tests/x.py::test_plain"),
+        ("g/test_state.py::test_state_reuse[qwen2.5-coder-0.5b-instruct/drift_cut_back-exact]",
+         "g/test_state.py::test_state_*[qwen2.5-coder-0.5b-instruct"),
+        ("g/test_state.py::test_state_chat[qwen2.5-coder-0.5b-instruct/22_whitespace_only_turns-quantized]",
+         "g/test_state.py::test_state_*[qwen2.5-coder-0.5b-instruct"),
+        ("g/test_state.py::test_state_batch[tiny-qwen3-f32/reversed-exact]", "g/test_state.py::test_state_*[tiny-qwen3-f32"),
     ],
 )  # fmt: skip
 def test_a_unit_is_one_gate_function_on_one_model(nodeid, scope):
@@ -32,18 +37,23 @@ def test_a_unit_is_one_gate_function_on_one_model(nodeid, scope):
 
 
 def test_two_workers_each_run_whole_units_and_both_work(tmp_path):
+    """A unit is a gate function on one model, the state stages of one model one unit."""
     pytest.importorskip("xdist")
     models = "tiny-qwen2-f32,tiny-qwen3-f32"
     run = run_parity(
-        tmp_path, "oracle", "logits,generate,state_reuse", models, "-n", "2", "-vv"
+        tmp_path, "oracle", "logits,generate,state_reuse,state_conversation", models, "-n", "2", "-vv"
     )  # -q -vv: one line per test
     assert run.status == 0, run.output[-3000:]
     workers: dict[str, set[str]] = defaultdict(set)
+    functions = set()
     for worker, test, params in re.findall(
         r"\[(gw\d)\] \[\s*\d+%\] PASSED \S+::(\w+)\[([^\]]+)\]", run.output
     ):
-        workers[f"{test}[{params.split('/')[0]}"].add(worker)
-    assert len(workers) == 6, sorted(workers)  # three stages on two models: every unit ran
+        functions.add(test)
+        unit = "state stages" if test.startswith("test_state_") else test
+        workers[f"{unit}[{params.split('/')[0]}"].add(worker)
+    assert {"test_state_reuse", "test_state_conversation"} <= functions
+    assert len(workers) == 6, sorted(workers)  # three units on two models: every unit ran
     split = {unit: sorted(w) for unit, w in workers.items() if len(w) > 1}
     assert not split, f"units run on more than one worker: {split}"
     assert set().union(*workers.values()) == {"gw0", "gw1"}, "one worker did all the work"
