@@ -12,7 +12,8 @@ at once, where its one-token steps share the memory bandwidth (its 2 GB of float
 weights read per step).
 
 ``StageScheduling`` hands out one unit per stage and model (``stage_scope``: every case
-and class of one gate function on one model), in the run's order — model by model, the
+and class of one gate function on one model; a model's state stages one unit,
+``SHARED_UNITS``), in the run's order — model by model, the
 largest first — not xdist's order by unit size: each unit's shared answers are computed
 once, the 0.5B model's units go to whichever worker is free, and the other worker runs
 the light units beside them. The main job gating the oracle on 2 cores, one sitting
