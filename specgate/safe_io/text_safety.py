@@ -32,9 +32,13 @@ _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u2
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()<>#+!|~&])")
 
 
+def _escape_code(code: int) -> str:
+    """A code point as Python writes it in a string literal's escape: ``\\x85``, ``\\u202e``, ``\\U000e0001``."""
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return _escape_code(ord(match.group()))
 
 
 def controls(text: str) -> str:
@@ -132,10 +136,6 @@ def _invisible(ch: str) -> bool:
 #: printable ASCII (none of which is invisible), so a report of mostly ASCII text is scanned
 #: by the regex engine, not one Python call per character.
 _NOT_PLAIN = re.compile(r"[^\t\n\x20-\x7e]")
-
-
-def _escape_code(code: int) -> str:
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _json_escape_code(code: int) -> str:
