@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from impl.bounds import cut
 from specgate.outcomes.gate import HEADINGS, OUTCOMES
 from specgate.reports import browser as report_browser
 from specgate.reports import html as report_html
@@ -466,6 +467,11 @@ def verdict_line(table: dict[tuple[str, str], Counter], problems: list[str]) -> 
 
 #: The PNG's geometry, in pixels: a row's height, an outcome column's width, the margin.
 _ROW, _COLUMN, _MARGIN = 22, 96, 12
+#: What the PNG draws at most, whatever a run or a merged report holds: rows (the main job
+#: has 183; the rest are counted in a last line — the Markdown and JSON list every one), and
+#: characters of a row's label and of the engine's name in the title. Unbounded, a merged
+#: report of 100,000 stage × model pairs would have asked for a picture of 6 GB.
+PNG_ROWS, PNG_LABEL_CHARS, PNG_TITLE_CHARS = 1000, 120, 240
 
 
 def write_heatmap(
@@ -492,17 +498,25 @@ def write_heatmap(
         font = ImageFont.load_default()
     verdict = verdict_line(table, list(problems))
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    title = f"specgate parity — {one_line(impl)}"  # the Title chunk (any text, controls escaped)
+    title = (
+        f"specgate parity — {cut(one_line(impl), 4 * PNG_TITLE_CHARS)}"  # the Title chunk: controls escaped
+    )
     drawn = verdict.replace(" — ", " - ")  # the font draws ASCII (png_text) and the middle dot
     lines = [
-        *textwrap.wrap(png_text(f"specgate parity - {impl}"), 60),
+        *textwrap.wrap(png_text(f"specgate parity - {cut(impl, PNG_TITLE_CHARS)}"), 60),
         f"verdict: {png_text(drawn)} · {date}",
     ]
-    labels = [f"{png_text(stage)} · {png_text(model)}" for stage, model in table]
+    rows = list(table)[:PNG_ROWS]
+    left = len(table) - len(rows)
+    labels = [
+        f"{png_text(cut(stage, PNG_LABEL_CHARS // 3))} · {png_text(cut(model, PNG_LABEL_CHARS))}"
+        for stage, model in rows
+    ]
     label_width = int(max((font.getlength(t) for t in labels), default=0)) + 2 * _MARGIN
     top = _MARGIN + _ROW * (len(lines) + 1)  # the title's lines, then the column headings
     width = max(label_width + _COLUMN * len(OUTCOMES), int(max(font.getlength(t) for t in lines))) + _MARGIN
-    picture = Image.new("RGB", (width, top + _ROW * max(len(table), 1) + _MARGIN), "white")
+    height = top + _ROW * (max(len(rows), 1) + bool(left)) + _MARGIN
+    picture = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(picture)
     ink = (170, 0, 0) if verdict != "PASS" else (17, 102, 17)
     for i, line in enumerate(lines):
@@ -510,7 +524,10 @@ def write_heatmap(
     for j, heading in enumerate(HEADINGS):
         x = label_width + _COLUMN * j + _COLUMN / 2
         draw.text((x, top - _ROW / 2), heading, fill="black", font=font, anchor="mm")
-    for i, ((stage, model), label) in enumerate(zip(table, labels, strict=True)):
+    if left:
+        more = f"... and {left:,} more rows (the Markdown and JSON reports list every one)"
+        draw.text((_MARGIN, top + _ROW * len(rows) + _ROW / 2), more, fill="black", font=font, anchor="lm")
+    for i, ((stage, model), label) in enumerate(zip(rows, labels, strict=True)):
         y = top + _ROW * i
         draw.text((label_width - _MARGIN, y + _ROW / 2), label, fill="black", font=font, anchor="rm")
         counts = table[(stage, model)]

@@ -214,3 +214,24 @@ def test_the_png_shows_each_outcome_in_its_colour(tmp_path: Path) -> None:
     assert (128, 26, 153) not in colours  # error: no case
     with Image.open(more) as picture:
         assert picture.size[1] > small[1]
+
+
+def test_the_png_is_bounded_whatever_the_table_holds(tmp_path: Path) -> None:
+    """A merged report may hold any number of stage × model rows and names of any length:
+    the picture draws at most ``PNG_ROWS`` (1,000) rows of 22 px (the rest counted in a last
+    line) and cut names, so it stays within ~25 megapixels (75 MB in memory)."""
+    pytest.importorskip("PIL")
+    from collections import Counter
+
+    from PIL import Image
+
+    long_name = "m" * 1_000_000
+    table = {("split", f"model-{i}"): Counter(fail=1) for i in range(20_000)}
+    table[("encode", long_name)] = Counter({"pass": 1})
+    path = report.write_heatmap(table, tmp_path / "big.png", "cmd:" + "x" * 1_000_000)
+    with Image.open(path) as picture:
+        width, height = picture.size
+        chunks = dict(picture.text)
+    assert height < 23_000 and width < 1_100, picture.size  # 1,000 rows and cut names
+    assert height > 1_000 * 20  # yet the rows it does draw are there
+    assert len(chunks["Title"]) < 2_000
