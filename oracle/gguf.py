@@ -22,13 +22,16 @@ from __future__ import annotations
 import collections
 import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from gguf import quants
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+D = TypeVar("D")  # what ``GGUFFile.derived`` computes
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -237,6 +240,7 @@ class GGUFFile:
         except OSError as exc:
             raise GGUFError(f"{self.path}: cannot open: {exc.strerror or exc}") from None
         self.size = size
+        self._derived: dict[str, Any] = {}
         self._parse(_Cursor(memoryview(self._map), self.path))
 
     def _parse(self, cur: _Cursor) -> None:
@@ -348,6 +352,14 @@ class GGUFFile:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
+
+    def derived(self, name: str, compute: Callable[[GGUFFile], D]) -> D:
+        """``compute(self)``, computed once per parsed file under ``name``: for what the
+        layers above read from its header (``oracle.dispatch``'s spec), which cannot change
+        once parsed. A ``compute`` that raises is not remembered: the next call raises again."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} keys, {len(self.tensors)} tensors)"

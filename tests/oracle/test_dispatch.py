@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle.dispatch import UnsupportedModel, dispatch
+from oracle.dispatch import UnsupportedModel, dispatch, read_spec
 from oracle.gguf import open_gguf
 from tests.ggufs import QWEN2_HPARAMS, write_gguf
+
+MODEL = "tiny-qwen2-f32"  # the runnable model of the read-once test (``tiny_model``)
 
 
 def spec(tmp_path, **kw):
@@ -64,3 +66,26 @@ def test_missing_required_key_is_named(tmp_path):
 def test_eos_outside_vocabulary_is_refused(tmp_path):
     with pytest.raises(UnsupportedModel, match="outside the vocabulary"):
         spec(tmp_path, extra={"tokenizer.ggml.padding_token_id": 999})
+
+
+def test_a_file_is_read_once_however_many_models_it_makes(tiny_model, monkeypatch):
+    """A ``Model`` per session (the diagnosis' sessions with knobs) reads the spec the
+    file's first ``dispatch`` read: the header is not walked again for each."""
+    from oracle import dispatch as dispatch_module
+    from oracle.forward import Model
+
+    reads = []
+    monkeypatch.setattr(dispatch_module, "read_spec", lambda g: reads.append(g) or read_spec(g))
+    gguf = open_gguf(tiny_model.gguf)
+    models = [Model(gguf) for _ in range(3)]
+    assert reads == [gguf]
+    assert models[0].hparams == models[2].hparams == read_spec(gguf).hparams
+    other = open_gguf(tiny_model.gguf)  # another parse of the file reads it again
+    assert dispatch(other) == dispatch(gguf) and reads == [gguf, other]
+
+
+def test_a_refused_file_is_refused_again(tmp_path):
+    gguf = open_gguf(write_gguf(tmp_path / "m.gguf", arch="llama"))
+    for _ in range(2):  # a refusal is not remembered as a spec
+        with pytest.raises(UnsupportedModel, match="unsupported architecture 'llama'"):
+            dispatch(gguf)

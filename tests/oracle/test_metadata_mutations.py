@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
+import impl.oracle
 import oracle.dispatch as dispatch_mod
+from impl.loaded import PerModel
 from impl.oracle import OracleEngine
 from specgate.checks.metadata import check_field
 from specgate.supply.models import model_ref
@@ -51,5 +53,8 @@ def test_metadata_gate_catches(specgate, monkeypatch, mutation):
     case = specgate.snapshot_cases(model, "metadata")[field]
     assert check_field(OracleEngine().metadata(model), field, case) is None  # the real dispatch passes
     monkeypatch.setattr(dispatch_mod, attr, broken)
+    # as in a new engine process: the file parsed again, its spec read with the defect (a
+    # parsed file keeps the spec it first read, ``GGUFFile.derived``)
+    monkeypatch.setattr(impl.oracle, "_ggufs", PerModel(limit=4))
     problem = check_field(OracleEngine().metadata(model), field, case)
     assert problem is not None and problem.startswith("engine says"), problem
