@@ -53,13 +53,33 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(line)
 
 
+#: The gate stages that run the forward pass (a prefix ends with ``_``). Their cases on a real
+#: model are the slow tier's: the 0.5B's 90 forward cases took 77 of the fast tier's ~880
+#: worker-seconds (2 workers, 2026-12-07). The fast tier gates those stages on the tiny
+#: models; ``nox -s live`` (CI) and the main job, ``nox -s parity``, gate every model.
+FORWARD_GATE_STAGES = ("logits", "generate", "trace", "state_")
+
+
+def is_real_model_forward_case(item) -> bool:
+    gate = item.get_closest_marker("gate")
+    callspec = getattr(item, "callspec", None)
+    if gate is None or not gate.args or callspec is None:
+        return False
+    stage, model_id = str(gate.args[0]), str(callspec.params.get("model_id", ""))
+    forward = any(stage == s or (s.endswith("_") and stage.startswith(s)) for s in FORWARD_GATE_STAGES)
+    return forward and bool(model_id) and not model_id.startswith("tiny-")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Every test that asks for a live reference is in the ``live`` tier (``nox -s live``),
-    marked here so that no such test can be left out of both tiers by a forgotten marker."""
+    marked here so that no such test can be left out of both tiers by a forgotten marker; a
+    real model's forward gate case is in the slow tier (``FORWARD_GATE_STAGES``)."""
     for item in items:
         if "reference" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
+        if is_real_model_forward_case(item) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True, scope="module")

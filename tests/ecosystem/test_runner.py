@@ -157,6 +157,7 @@ def test_an_env_table_takes_only_specgate_settings(tmp_path: Path) -> None:
 HELD_MB = 600
 
 
+@pytest.mark.slow  # two ecosystem runs, one engine holding 600 MB (~8 s)
 def test_an_engines_peak_memory_is_measured_and_in_the_table(tmp_path: Path) -> None:
     """The table's cost columns: an engine that holds 600 MB while it answers shows a peak of
     at least that (its process is part of the runner's tree), a light one a lower peak, and

@@ -43,6 +43,7 @@ def causes(markdown: str) -> dict[str, list[str]]:
     return {cells[0]: cells for cells in rows[1:]}
 
 
+@pytest.mark.slow  # three ecosystem runs of planted engines (~12 s)
 def test_each_published_root_cause_is_marked_by_its_confirm_script(tmp_path: Path) -> None:
     root = tmp_path / "engines"
     wrong_engine(root, "confirmed", confirm_says="REPRODUCES")

@@ -81,6 +81,7 @@ def undocumented_failures(report: dict) -> list[str]:
     return bad
 
 
+@pytest.mark.slow  # a parity run of every tokenizer case through the example engine (~14 s)
 def test_tokenizer_engine_from_the_protocol_passes_split_encode_decode(tmp_path: Path) -> None:
     status, report, out = run_gates(
         tmp_path, "tokenizer_engine.py", ["specgate/gates/test_tokenizer.py"], "split,encode,decode", [MODEL]

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from impl.process import lifeline
 from specgate.plugin import model_missing
 from specgate.run.crashloop import DEATHS_TO_CUT, NOT_ASKED
@@ -78,6 +80,7 @@ class Trickling(JsonHandler):
                 time.sleep(0.5)
 
 
+@pytest.mark.slow  # a parity run waiting out a request deadline per case (~6 s); test_adapter_bounds' trickle tests are fast
 def test_a_server_that_trickles_every_answer_is_cut_short(tmp_path: Path) -> None:
     """A request not answered in full within SPECGATE_HTTP_TIMEOUT is a death (issue 38):
     it used to wait the full deadline on every case of the row (20 of 20)."""

@@ -93,6 +93,7 @@ def assert_png_inert(path: Path) -> None:
         assert not RAW_CONTROLS.search(value), f"{path.name}: raw control in its {key} chunk"
 
 
+@pytest.mark.slow  # a parity run of every stage on two models (~10 s); test_hostile_answers' inert test is fast
 def test_a_hostile_handshake_and_answers_are_inert_in_every_report_and_output(tmp_path: Path) -> None:
     ref("qwen3-vocab")
     ref("tiny-qwen2-f32")

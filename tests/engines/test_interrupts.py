@@ -119,6 +119,7 @@ def test_one_ctrl_c_stops_the_run_with_a_report_marked_interrupted(tmp_path):
     assert not list((reports / "repro").rglob("*.json")), "a reproducer was shrunk after Ctrl-C"
 
 
+@pytest.mark.slow  # a parity run and an engine lingering on close (~4-5 s)
 def test_a_second_ctrl_c_exits_at_once(tmp_path):
     """The first Ctrl-C's way out passes through closing the engine, which this one makes
     last (it lingers after its stdin closes, until the client kills it): the second Ctrl-C
@@ -135,6 +136,7 @@ def test_a_second_ctrl_c_exits_at_once(tmp_path):
     assert not reports.exists() or not list(reports.rglob("parity-*")), list(reports.rglob("*"))
 
 
+@pytest.mark.slow  # a parity run, then shrinking against a new engine (~7 s)
 def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
     """Every case gated (3 of them), the matrix printed, the shrinking of the one root cause
     under way against a new engine (0.5 s a check, 3600 s of budget): Ctrl-C stops it, the
@@ -152,6 +154,7 @@ def test_a_ctrl_c_while_shrinking_stops_it_with_a_report(tmp_path):
     assert not list((reports / "repro").rglob("*.json")), "a reproducer was written after Ctrl-C"
 
 
+@pytest.mark.slow  # a parity run interrupted late (~4-5 s); one Ctrl-C and SIGTERM stay fast
 def test_a_ctrl_c_while_the_fresh_engine_closes_still_writes_the_report(tmp_path):
     """The moments around diagnosing and shrinking — importing the diagnoses, closing the
     engine they asked (the gate's own process, reused) — are interrupted like the rest. At
@@ -202,6 +205,7 @@ def test_sigterm_mid_run_writes_the_reports(tmp_path):
     assert any(r.startswith("INTERRUPTED (SIGTERM) after") for r in payload["verdict"]["reasons"])
 
 
+@pytest.mark.slow  # waits out an engine hanging on its first request (~10 s)
 def test_ctrl_c_while_the_first_request_hangs_writes_the_reports(tmp_path):
     """Ctrl-C before any case was gated (the engine's first answer takes an hour): the
     reports are still written, saying the run was interrupted after 0 cases (issue 38:

@@ -55,6 +55,7 @@ def test_a_limit_below_one_is_refused():
         PerModel(limit=0)
 
 
+@pytest.mark.slow  # 16 llama.cpp vocabulary contexts made one after another (~11 s)
 def test_llamacpp_keeps_a_few_vocab_contexts_not_one_per_model_walked():
     """16 tiny models' vocab-only contexts, one after another: with every context kept the
     process grew by ~0.6 GB (~40 MB per 150k vocabulary); with four kept, ~0.15 GB."""

@@ -94,10 +94,11 @@ def test_clean_run_through_cmd_passes_like_the_oracle(clean) -> None:
     ("fault", "env", "symptom"),
     [
         ("die", {}, "exited (or closed stdout) before answering request 2 (metadata) (exit status 3)"),
-        (  # a deadline every real answer meets on a saturated machine (it must be one case's error)
+        pytest.param(  # a deadline every real answer meets on a saturated machine (one case's error)
             "hang",
             {"SPECGATE_CMD_TIMEOUT": "20"},
             "no answer to request 2 (metadata) within 20 s (hang; killed)",
+            marks=pytest.mark.slow,  # 20 s of it is the deadline (test_cmd's hang test is fast)
         ),
     ],
 )
@@ -142,7 +143,11 @@ def test_k_and_models_select_subsets(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "workers", [[], ["-n", "2", "--dist", "loadfile"]], ids=["one process", "two xdist workers"]
+    "workers",
+    [  # two workers start three interpreters (~5-7 s): the slow tier's
+        pytest.param([], id="one process"),
+        pytest.param(["-n", "2", "--dist", "loadfile"], id="two xdist workers", marks=pytest.mark.slow),
+    ],
 )
 def test_an_engine_that_exits_at_once_fails_the_run_with_its_reason(
     tmp_path: Path, workers: list[str]

@@ -84,3 +84,34 @@ def test_something_missing_fails_a_tier_and_skips_a_partial_run(tmp_path, live_r
     else:
         assert proc.returncode == 0 and "1 skipped" in out, out[-2000:]
         assert re.search(r"^SKIPPED \[1\] \S+: the widget is not installed$", out, re.M), out[-2000:]
+
+
+def collected(tier: str | None, *paths: str) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *paths]
+    cmd += ["-m", tier] if tier else []
+    proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 5), proc.stdout[-2000:] + proc.stderr[-2000:]  # 5: none selected
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+def test_a_real_models_forward_gate_cases_are_the_slow_tiers_and_a_tiny_models_the_fast_ones():
+    """``FORWARD_GATE_STAGES`` (conftest.py): the forward stages' cases on a real model are
+    gated in the slow tier, on a tiny model in the fast one; the other stages' cases of a
+    real model stay fast. None is lost: the two tiers' cases are every case, once."""
+    paths = (
+        "specgate/gates/test_logits.py",
+        "specgate/gates/test_state.py",
+        "specgate/gates/test_metadata.py",
+    )
+    fast, live = (collected(e, *paths) for e in tier_expressions())
+    every = collected(None, *paths)
+    assert sorted(fast + live) == sorted(every)
+
+    def real(ids: list[str], stage: str) -> list[str]:
+        return [i for i in ids if f"::{stage}[" in i and "[tiny-" not in i]
+
+    for stage in ("test_logits", "test_state_reuse", "test_state_incremental"):
+        assert real(live, stage) and real(live, stage) == real(every, stage), stage
+        assert not real(fast, stage), stage
+        assert [i for i in fast if f"::{stage}[tiny-" in i], stage  # the tiny models' are fast
+    assert real(fast, "test_metadata") == real(every, "test_metadata") != []

@@ -36,6 +36,7 @@ def test_a_unit_is_one_gate_function_on_one_model(nodeid, scope):
     assert stage_scope(nodeid) == scope
 
 
+@pytest.mark.slow  # a two-worker parity run of three stages on two models (~20 s)
 def test_two_workers_each_run_whole_units_and_both_work(tmp_path):
     """A unit is a gate function on one model, the state stages of one model one unit."""
     pytest.importorskip("xdist")

@@ -179,10 +179,12 @@ def qwen3(tmp_path_factory):
     return dataclasses.replace(ref, gguf=out), open_gguf(out)
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen3_vocab_derivation_reproduces_the_manifest_pin(qwen3):
     assert sha256_file(qwen3[0].gguf) == load_manifest()["qwen3-vocab"].gguf_sha256
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen3_tokens_types_and_merges_match_tokenizer_json(qwen3):
     from transformers import AutoTokenizer
 
@@ -215,6 +217,7 @@ def test_qwen3_tokens_types_and_merges_match_tokenizer_json(qwen3):
     assert g.metadata["general.architecture"] == "qwen3"
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen3_vocab_tokenizes_in_llamacpp_like_hf(qwen3):
     llama_cpp = pytest.importorskip("llama_cpp")
     from tokenizers import Tokenizer
@@ -300,10 +303,12 @@ def _bpe_from_gguf(g, pattern: str, ignore_merges: bool):
     return tok
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen36_vocab_derivation_reproduces_the_manifest_pin(qwen36):
     assert sha256_file(qwen36[0].gguf) == load_manifest()["qwen3.6-vocab"].gguf_sha256
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen36_tokens_and_specials_match_the_rank_file(qwen36):
     _, g, enc = qwen36
     tokens, types = g.metadata["tokenizer.ggml.tokens"], g.metadata["tokenizer.ggml.token_type"]
@@ -319,6 +324,7 @@ def test_qwen36_tokens_and_specials_match_the_rank_file(qwen36):
     assert g.metadata["tokenizer.ggml.pre"] == "qwen35" and g.metadata["general.architecture"] == "qwen35"
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen36_merges_reproduce_tiktoken(qwen36):
     """BPE with the derived merges (and whole-piece lookup first, ``ignore_merges``) encodes
     like tiktoken. Without the lookup, pieces that are themselves tokens BPE cannot reach
@@ -336,6 +342,7 @@ def test_qwen36_merges_reproduce_tiktoken(qwen36):
     assert with_lookup.encode("毛泽东", add_special_tokens=False).ids == [105115]
 
 
+@pytest.mark.slow  # derives the vocabulary afresh (module fixture ~10 s)
 def test_qwen36_vocab_loads_in_llamacpp(qwen36):
     llama_cpp = pytest.importorskip("llama_cpp")
     ref, _, enc = qwen36
