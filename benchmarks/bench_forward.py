@@ -6,9 +6,12 @@ own: load, one warm-up prefill, then ``--repeats`` rounds of a timed prefill of
 ``--prefill`` tokens from an empty cache and ``--decode`` greedy single-token steps on
 the KV cache; the median round's prefill and decode times are reported. One round is not
 enough on a shared machine: the same engine's prefill varied by ±15 % from one run to the
-next (2-core VM, 2026-12-07), more than the differences measured.
+next (2-core VM, 2026-12-07), more than the differences measured, and three runs in a row
+read the oracle's prefill at 1.29x, 1.01x and 1.30x transformers'. ``--sittings N`` runs the
+engines N times in turn (every other sitting in the reverse order) and shows the ratio of
+each sitting and their median.
 
-    python benchmarks/bench_forward.py [--model qwen2.5-coder-0.5b-instruct] [--prefill 512] [--decode 32] [--repeats 5]
+    python benchmarks/bench_forward.py [--model qwen2.5-coder-0.5b-instruct] [--prefill 512] [--decode 32] [--repeats 5] [--sittings 1]
 """
 
 from __future__ import annotations
@@ -132,6 +135,35 @@ def child(engine: str, path: Path, n_prefill: int, n_decode: int) -> None:
     print(json.dumps(result))
 
 
+def one_sitting(args: argparse.Namespace, env: dict[str, str], reverse: bool) -> tuple[float, float] | None:
+    """Each engine once, one after another (in the reverse order with ``reverse``, so that
+    a drift within sittings favours no engine): its table, and the oracle's speed over
+    transformers' (prefill, decode) when both ran."""
+    rows = {}
+    engines = args.engines.split(",")
+    for engine in reversed(engines) if reverse else engines:
+        proc = subprocess.run([sys.executable, __file__, "--model", args.model, "--prefill", str(args.prefill),
+                               "--decode", str(args.decode), "--repeats", str(args.repeats), "--child", engine],
+                              capture_output=True, text=True, env=env)  # fmt: skip
+        if proc.returncode != 0:
+            print(f"{engine}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"{'engine':<14}{'load s':>8}{'prefill tok/s':>15}{'decode tok/s':>14}{'peak RSS GB':>13}")
+    for engine, r in rows.items():
+        print(f"{engine:<14}{r['load_s']:>8.1f}{args.prefill / r['prefill_s']:>15.1f}"
+              f"{args.decode / r['decode_s']:>14.2f}{r['peak_rss_gb']:>13.2f}")  # fmt: skip
+    if "oracle" not in rows or "transformers" not in rows:
+        return None
+    o, t = rows["oracle"], rows["transformers"]
+    ratio = (t["prefill_s"] / o["prefill_s"], t["decode_s"] / o["decode_s"])
+    print(
+        f"oracle / transformers: prefill {ratio[0]:.2f}x, "
+        f"decode {ratio[1]:.2f}x, peak RSS {o['peak_rss_gb'] / t['peak_rss_gb']:.2f}x"
+    )
+    return ratio
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,8 +175,17 @@ def main() -> int:
         "--repeats", type=int, default=REPEATS, help="timed rounds per engine (the median is shown)"
     )
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument(
+        "--sittings",
+        type=int,
+        default=1,
+        help="run every engine this many times in turn and show the ratio of each sitting and their "
+        "median (this machine's speed drifts between sittings by more than the engines differ)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sittings < 1 or args.repeats < 1:
+        parser.error("--sittings and --repeats must be at least 1")
     from specgate.supply.models import model_ref
 
     path = model_ref(args.model).gguf
@@ -158,27 +199,20 @@ def main() -> int:
         "OPENBLAS_NUM_THREADS": str(THREADS),
         "SPECGATE_LLAMA_THREADS": str(THREADS),
     }
-    rows = {}
-    for engine in args.engines.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--model", args.model, "--prefill", str(args.prefill),
-                               "--decode", str(args.decode), "--repeats", str(args.repeats), "--child", engine],
-                              capture_output=True, text=True, env=env)  # fmt: skip
-        if proc.returncode != 0:
-            print(f"{engine}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
-            continue
-        rows[engine] = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"model {args.model} ({path.stat().st_size / 1e9:.2f} GB GGUF), prefill {args.prefill} tokens, "
           f"decode {args.decode} tokens, {THREADS} threads, median of {args.repeats} rounds")  # fmt: skip
-    print(f"{'engine':<14}{'load s':>8}{'prefill tok/s':>15}{'decode tok/s':>14}{'peak RSS GB':>13}")
-    for engine, r in rows.items():
-        print(f"{engine:<14}{r['load_s']:>8.1f}{args.prefill / r['prefill_s']:>15.1f}"
-              f"{args.decode / r['decode_s']:>14.2f}{r['peak_rss_gb']:>13.2f}")  # fmt: skip
-    if "oracle" in rows and "transformers" in rows:
-        o, t = rows["oracle"], rows["transformers"]
-        print(
-            f"oracle / transformers: prefill {t['prefill_s'] / o['prefill_s']:.2f}x, "
-            f"decode {t['decode_s'] / o['decode_s']:.2f}x, peak RSS {o['peak_rss_gb'] / t['peak_rss_gb']:.2f}x"
-        )
+    ratios = []
+    for sitting in range(1, args.sittings + 1):
+        if args.sittings > 1:
+            print(f"sitting {sitting} of {args.sittings}")
+        ratio = one_sitting(args, env, reverse=sitting % 2 == 0)
+        if ratio is not None:
+            ratios.append(ratio)
+    if len(ratios) > 1:  # each sitting's engines ran one after another: their ratio is the fair one
+        for name, at in (("prefill", 0), ("decode", 1)):
+            got = sorted(r[at] for r in ratios)
+            print(f"oracle / transformers {name} per sitting: {', '.join(f'{x:.2f}x' for x in got)}; "
+                  f"median {statistics.median(got):.2f}x")  # fmt: skip
     return 0
 
 
