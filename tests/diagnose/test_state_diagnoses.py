@@ -14,12 +14,8 @@ from typing import Any
 
 import pytest
 
-from specgate.diagnose import state as catalogue
 from tests.engines.parity_run import run_parity, script_impl
-
-MUTANTS = Path(__file__).resolve().parents[1] / "engines" / "mutants" / "state_bugs.py"
-MODEL = "tiny-qwen2-f32"
-CAUSE = {h.name: h.cause for h in catalogue.CATALOGUE}
+from tests.engines.test_state_mutants import CAUSE, MODEL, MUTANTS
 
 
 @pytest.fixture(scope="module")
