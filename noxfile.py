@@ -266,8 +266,7 @@ def parity(session: nox.Session) -> None:
     # every model the snapshots define, so every machine gates the same cases; the tiny ones
     # are written by numpy + gguf in seconds (no torch, no llama.cpp)
     fetch_models(session, tiny=True)
-    if workers:
-        session.env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if workers:  # each worker's BLAS threads: specgate.run.scheduling.blas_threads
         args = ["-n", str(workers), *args]
     # The gate run is the package's own command (the gates and their data are in the wheel);
     # it writes the JUnit XML beside the .md/.json/.png, under the same file stem.

@@ -120,6 +120,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    from specgate.run import scheduling
+
+    os.environ.update(scheduling.blas_threads(len(specs), os.cpu_count() or 1, os.environ))
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from specgate.run import scheduling
 

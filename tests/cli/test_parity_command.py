@@ -18,6 +18,7 @@ import pytest
 from impl.datafiles import DATA_FOLDERS, DATA_ROOT, data_root
 from impl.process import lifeline
 from specgate.plugin import model_missing
+from specgate.run.scheduling import BLAS_THREAD_VARIABLES, blas_threads
 from specgate.supply import models as model_cache
 from tests.light_install import LightInstall
 
@@ -208,3 +209,46 @@ def test_specgate_parity_help_shows_its_own_options_and_pytests_behind_a_flag() 
     assert run("-h").splitlines() == own
     everything = run("--pytest-help")
     assert "--capture" in everything and "--impl" in everything and "--diagnose-budget" in everything
+
+
+@pytest.mark.parametrize(
+    ("workers", "cpus", "environ", "expected"),
+    [
+        (0, 2, {}, {}),  # one process: its BLAS takes every core
+        (1, 2, {}, {}),
+        (2, 2, {}, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}),
+        (2, 8, {}, {"OPENBLAS_NUM_THREADS": "4", "OMP_NUM_THREADS": "4"}),
+        (3, 8, {}, {"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}),
+        (4, 2, {}, {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}),
+        (2, 2, {"OPENBLAS_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "1"}),  # the caller's choice stays
+    ],
+)
+def test_the_gate_runs_workers_share_the_cores_between_their_blas_threads(workers, cpus, environ, expected):
+    assert blas_threads(workers, cpus, environ) == expected
+
+
+#: Loaded by every worker of the run below (``-p``): each one writes down its BLAS threads.
+THREADS_REPORTER = """
+import os, pathlib
+
+def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "controller")
+    out = pathlib.Path(os.environ["THREADS_SEEN"]) / worker
+    out.write_text(os.environ.get("OPENBLAS_NUM_THREADS", "unset"), encoding="utf-8")
+"""
+
+
+def test_two_workers_of_the_command_itself_run_one_blas_thread_each(tmp_path, vocab):
+    (tmp_path / "threads_reporter.py").write_text(THREADS_REPORTER, encoding="utf-8")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", *BLAS_THREAD_VARIABLES)
+    }
+    env.update(PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}", THREADS_SEEN=str(seen))
+    cmd = [sys.executable, "-m", "specgate", "parity", "-q", "-p", "threads_reporter", "-n", "2", *SELECTION]
+    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    expected = str(max(1, (os.cpu_count() or 1) // 2))
+    workers = {p.name: p.read_text(encoding="utf-8") for p in seen.iterdir() if p.name.startswith("gw")}
+    assert workers == {"gw0": expected, "gw1": expected}, workers

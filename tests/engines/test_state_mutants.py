@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,41 +158,31 @@ def run_engine(name: str, model: Any) -> MutantRun:
     return MutantRun(records, diagnoses, asked)
 
 
-class Runs(Mapping[str, MutantRun]):
+class Runs(dict[str, MutantRun]):
     """Each engine's ``run_engine``, made when a test first reads it and kept for the module:
     the tier that deselects every test of a mutant never starts that mutant."""
 
     def __init__(self, model: Any) -> None:
-        self.model, self._made = model, {}
+        super().__init__()
+        self.model = model
 
-    def __getitem__(self, name: str) -> MutantRun:
+    def __missing__(self, name: str) -> MutantRun:
         if name not in ("oracle", *BUGS):
             raise KeyError(name)
-        if name not in self._made:
-            self._made[name] = run_engine(name, self.model)
-        return self._made[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(("oracle", *BUGS))
-
-    def __len__(self) -> int:
-        return 1 + len(BUGS)
+        self[name] = run = run_engine(name, self.model)
+        return run
 
 
-class Failures(Mapping[str, dict[str, dict[str, str]]]):
+class Failures(dict[str, dict[str, dict[str, str]]]):
     """Per engine, its failing cases: stage -> {case id: message} (read from ``Runs``)."""
 
     def __init__(self, runs: Runs) -> None:
+        super().__init__()
         self.runs = runs
 
-    def __getitem__(self, name: str) -> dict[str, dict[str, str]]:
-        return failures(self.runs[name].records)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.runs)
-
-    def __len__(self) -> int:
-        return len(self.runs)
+    def __missing__(self, name: str) -> dict[str, dict[str, str]]:
+        self[name] = found = failures(self.runs[name].records)
+        return found
 
 
 @pytest.fixture(scope="module")

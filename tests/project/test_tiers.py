@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +15,17 @@ import pytest
 from impl.process import lifeline
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest *args`` in a subprocess (no cache written), its output captured."""
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    return lifeline.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def planted_pytest(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest with this suite's conftest on a planted test file in ``where``."""
+    return pytest_run(where, "-p", "conftest", *args, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 def tier_expressions() -> tuple[str, str]:
@@ -51,10 +63,7 @@ def test_plain():
 @pytest.mark.parametrize("tier", [0, 1], ids=["fast", "live"])
 def test_a_test_asking_for_a_reference_is_in_the_live_tier_without_a_marker(tmp_path, tier):
     (tmp_path / "test_planted.py").write_text(PLANTED, encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "--collect-only", "-q"]
-    cmd += ["-m", tier_expressions()[tier], str(tmp_path)]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    proc = planted_pytest(tmp_path, "--collect-only", "-q", "-m", tier_expressions()[tier], str(tmp_path))
     collected = re.findall(r"::(test_\w+)", proc.stdout)
     expected = [["test_plain"], ["test_asks_for_a_reference"]][tier]
     assert collected == expected, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -73,10 +82,7 @@ def test_something_missing_fails_a_tier_and_skips_a_partial_run(tmp_path, live_r
     """Both tiers run with --live-references after installing and fetching everything: there a
     missing model, reference or engine is a broken setup, never a quiet skip."""
     (tmp_path / "test_missing.py").write_text(MISSING, encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-rs", str(tmp_path)]
-    cmd += ["--live-references"] if live_references else []
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    proc = planted_pytest(tmp_path, "-rs", str(tmp_path), *(["--live-references"] if live_references else []))
     out = proc.stdout + proc.stderr
     if live_references:
         assert proc.returncode == 1 and "1 failed" in out, out[-2000:]
@@ -87,9 +93,8 @@ def test_something_missing_fails_a_tier_and_skips_a_partial_run(tmp_path, live_r
 
 
 def collected(tier: str | None, *paths: str) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *paths]
-    cmd += ["-m", tier] if tier else []
-    proc = lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    """The node ids ``-m tier`` selects among this checkout's ``paths`` (all without a tier)."""
+    proc = pytest_run(ROOT, "--collect-only", "-q", *paths, *(["-m", tier] if tier else []))
     assert proc.returncode in (0, 5), proc.stdout[-2000:] + proc.stderr[-2000:]  # 5: none selected
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
