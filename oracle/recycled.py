@@ -12,7 +12,8 @@ So the last array handed out is remembered and handed out again when the caller 
 go of it and of every view of it — CPython's reference count says so. An array anybody
 still holds (a view of it, a tensor made from it) is never written over; then a new one is
 made. Arrays above ``RETAINED_BYTES`` are not remembered: a long prompt's logits are not
-kept resident between calls.
+kept resident between calls. Like the KV cache it serves, it is one caller's at a time: two
+threads running one model's forward at once could both be handed the same memory.
 """
 
 from __future__ import annotations
