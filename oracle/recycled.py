@@ -22,7 +22,7 @@ import sys
 
 import numpy as np
 
-RETAINED_BYTES = 1 << 30  # the 0.5B's 512-token logits (311 MB) are kept; 4,096 tokens' (2.5 GB) are not
+RETAINED_BYTES = 512 << 20  # the 0.5B's 512-token logits (311 MB) are kept; 1,024 tokens' (622 MB) are not
 _ONLY_HERE = 2  # sys.getrefcount of an array referenced by one attribute only (and the call's argument)
 
 
