@@ -45,7 +45,8 @@ def pytest_configure(config):
         problem = old_record_spelling(paths, recorders, config.pluginmanager.has_plugin("syrupy"))
         if problem:
             raise pytest.UsageError(problem)
-    config.pluginmanager.register(PeakMemoryProfile(), "specgate-peak-memory")
+    worker = hasattr(config, "workerinput")  # a pytest-xdist worker
+    config.pluginmanager.register(PeakMemoryProfile(sample_tree=not worker), "specgate-peak-memory")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

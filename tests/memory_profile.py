@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from impl.process.tree_memory import descendants, proportional_bytes, tree_bytes  # noqa: F401 (re-exported)
+from impl.process.tree_memory import descendants, proportional_bytes, tree_bytes, tree_peak  # noqa: F401 (re-exported)
 from specgate.gates import free_unused_memory  # the gates' own, re-exported for the tests
 
 TREE_INTERVAL = 0.2  # seconds between two samples of the process tree
@@ -82,9 +82,9 @@ class TreeSampler:
             self._thread.join(timeout=5)
 
     def sample(self) -> None:
-        total = tree_bytes(os.getpid())
-        if total > self.peak:
-            self.peak, self.peak_at = total, self.current
+        peak = tree_peak(os.getpid(), self.peak)
+        if peak > self.peak:
+            self.peak, self.peak_at = peak, self.current
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -96,12 +96,15 @@ class PeakMemoryProfile:
 
     SHOWN = 10
 
-    def __init__(self) -> None:
+    def __init__(self, sample_tree: bool = True) -> None:
         self.before_tests = 0
         self.per_test: list[tuple[int, str]] = []
         self.resettable = True
         self.tree = TreeSampler()
-        self.tree.start()
+        if sample_tree:  # an xdist worker's tree is in its controller's, which samples it
+            self.tree.start()
+        else:
+            self.tree.available = False
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from specgate.upkeep.snapshots import old_record_spelling
+from tests.child_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,9 +55,8 @@ def test_cli_usage_error(name: str, tmp_path: Path, snapshot) -> None:
     assert {"exit": proc.returncode, "stderr": proc.stderr} == snapshot
 
 
-def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+def collect_only(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_pytest("--collect-only", "-q", *args, timeout=120)
 
 
 @pytest.mark.parametrize("plugins", [[], ["-p", "no:syrupy"]], ids=["with syrupy", "without syrupy"])
@@ -64,7 +64,7 @@ def test_the_old_spelling_of_record_references_is_one_usage_line(plugins: list[s
     """``--snapshot-update`` on a run of only the reference recorders (what ``nox -s snapshots``
     ran) would re-check the references instead of recording them; without syrupy it would
     update nothing. Either way: exit 4 and one line that names the new option."""
-    proc = pytest_run("tests/references", "--live-references", "--snapshot-update", *plugins)
+    proc = collect_only("tests/references", "--live-references", "--snapshot-update", *plugins)
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ERROR: --snapshot-update "), proc.stderr
@@ -83,4 +83,4 @@ def test_snapshot_update_is_syrupys_where_the_run_has_layout_snapshots() -> None
         == ""
     )
     assert old_record_spelling([recorders / "test_render.py"], recorders, syrupy_loaded=True)
-    assert pytest_run("tests/references/test_metadata.py", "--record-references").returncode == 0
+    assert collect_only("tests/references/test_metadata.py", "--record-references").returncode == 0

@@ -12,7 +12,6 @@ import ast
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,8 +19,8 @@ import pytest
 
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
+from tests.child_pytest import run_pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = Path(__file__).with_name("contract")
 MODEL = "qwen3-vocab"
 # The template engine also renders a GGUF-only model whose template reads bos_token.
@@ -57,14 +56,11 @@ def run_gates(
 ) -> tuple[int, dict, str]:
     reports = tmp_path / "reports"
     impl = "cmd:" + shlex.join([sys.executable, str(CONTRACT / engine)])
-    cmd = [
-        sys.executable, "-m", "pytest", *gates, "-p", "no:cacheprovider", "-q",
-        "--impl", impl, "--models", ",".join(models), "--stages", stages, "--report-dir", str(reports),
-    ]  # fmt: skip
     # A request deadline out of reach: these runs judge conformance, not speed (the forward
     # engine's numpy trace missed the default 60 s at load 43).
     env = {**os.environ, "SPECGATE_CMD_TIMEOUT": "600"}
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200, env=env)
+    proc = run_pytest(*gates, "-q", "--impl", impl, "--models", ",".join(models), "--stages", stages,
+                      "--report-dir", reports, env=env, timeout=1200)  # fmt: skip
     (report,) = reports.glob("parity-*.json")
     return proc.returncode, json.loads(report.read_text(encoding="utf-8")), proc.stdout + proc.stderr
 

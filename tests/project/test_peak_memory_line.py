@@ -5,12 +5,11 @@ run, with the pytest process's own peak and the peak of pytest and its children 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
-from impl.process import lifeline
+import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.child_pytest import planted_pytest
+
 CHILD_BYTES = 400_000_000
 
 TEST = f"""
@@ -22,20 +21,20 @@ def test_child_holds_memory():
 """
 
 
-def run_pytest_on(tmp_path, name: str, source: str):
+def run_pytest_on(tmp_path, name: str, source: str, *options: str):
     """A pytest run, with this project's conftest, of one test file holding ``source``."""
     (tmp_path / name).write_text(source, encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", str(tmp_path)]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    proc = planted_pytest(tmp_path, "-q", *options, tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return proc
 
 
-def test_the_run_prints_its_own_and_its_childrens_peak(tmp_path):
+@pytest.mark.parametrize("workers", [["-p", "no:xdist"], ["-n", "2"]], ids=["one process", "xdist"])
+def test_the_run_prints_its_own_and_its_childrens_peak(tmp_path, workers):
     """A child holding 400 MB for 1.5 s is in the tree's peak, on top of pytest's own
-    size; pytest's own peak does not count it."""
-    proc = run_pytest_on(tmp_path, "test_child.py", TEST)
+    size; pytest's own peak does not count it. Under xdist the controller samples the
+    tree (the workers and what they start are its children; a worker samples nothing)."""
+    proc = run_pytest_on(tmp_path, "test_child.py", TEST, *workers)
     match = re.search(
         r"peak memory: pytest ([\d.]+) GB; pytest and its children together ([\d.]+) GB "
         r"\(PSS, sampled every [\d.]+ s, during (\S+)\)",

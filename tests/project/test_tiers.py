@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import itertools
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from impl.process import lifeline
+from tests.child_pytest import planted_pytest, run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def pytest_run(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m pytest *args`` in a subprocess (no cache written), its output captured."""
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
-    return lifeline.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
-
-
-def planted_pytest(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest with this suite's conftest on a planted test file in ``where``."""
-    return pytest_run(where, "-p", "conftest", *args, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 
 def tier_expressions() -> tuple[str, str]:
@@ -94,7 +81,7 @@ def test_something_missing_fails_a_tier_and_skips_a_partial_run(tmp_path, live_r
 
 def collected(tier: str | None, *paths: str) -> list[str]:
     """The node ids ``-m tier`` selects among this checkout's ``paths`` (all without a tier)."""
-    proc = pytest_run(ROOT, "--collect-only", "-q", *paths, *(["-m", tier] if tier else []))
+    proc = run_pytest("--collect-only", "-q", *paths, *(["-m", tier] if tier else []))
     assert proc.returncode in (0, 5), proc.stdout[-2000:] + proc.stderr[-2000:]  # 5: none selected
     return [line for line in proc.stdout.splitlines() if "::" in line]
 

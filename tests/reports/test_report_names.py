@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specgate.plugin import GateRecord, SpecgateSession
 from specgate.reports.parity_report import report_stem, write_reports
+from tests.child_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,12 +84,8 @@ def test_a_report_name_replaces_the_port_in_every_file_name(tmp_path: Path):
     assert written and all(p.name.startswith(report_stem("llama_cpp_server")) for p in written), written
     assert all("8080" not in p.name for p in written)
     assert impl in next(p for p in written if p.suffix == ".md").read_text(encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/outcomes/test_verdict_rules.py", "-q", "-p", "no:cacheprovider",
-         "-k", "first_difference", "--impl", "oracle", "--report-name", "named", "--parity-junit",
-         "--report-dir", str(tmp_path / "run")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc = run_pytest("tests/outcomes/test_verdict_rules.py", "-q", "-k", "first_difference", "--impl", "oracle",
+                      "--report-name", "named", "--parity-junit", "--report-dir", tmp_path / "run", timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert (tmp_path / "run" / f"{report_stem('named')}.xml").exists(), sorted((tmp_path / "run").iterdir())
 

@@ -6,13 +6,12 @@ not from the predicates."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
-from impl.process import lifeline
 from specgate.supply import models, tiny_specs
 from specgate.upkeep import corpus
+from tests.child_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLER_MODELS = (
@@ -23,11 +22,8 @@ SAMPLER_MODELS = (
 
 
 def collect(selection: list[str], *extra: str) -> subprocess.CompletedProcess:
-    return lifeline.run(
-        [sys.executable, "-m", "pytest", "tests/references", "--live-references", "--co", "-q",
-         "-p", "no:cacheprovider", "-p", "no:xdist", "--models", ",".join(selection), *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    return run_pytest("tests/references", "--live-references", "--co", "-q", "-p", "no:xdist",
+                      "--models", ",".join(selection), *extra, timeout=300)  # fmt: skip
 
 
 def collected(selection: list[str], *extra: str) -> dict[str, set[str]]:

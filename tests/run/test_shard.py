@@ -11,24 +11,17 @@ from __future__ import annotations
 import json
 import random
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-from impl.process import lifeline
 from specgate import cli
 from specgate.plugin import model_missing
 from specgate.reports.parity_report import report_stem
 from specgate.run import shard
+from tests.child_pytest import run_pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 VOCAB = "qwen3-vocab"
-
-
-def pytest_run(*args: str | Path, timeout: int = 900):
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *map(str, args)]
-    return lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize(
@@ -46,7 +39,7 @@ def test_a_bad_shard_is_one_line(text, problem):
 
 
 def test_a_bad_shard_stops_the_run_with_one_usage_line():
-    proc = pytest_run(
+    proc = run_pytest(
         "specgate/gates/test_metadata.py", "--models", VOCAB, "--shard", "4/3", "--collect-only"
     )
     assert proc.returncode == 4, proc.stdout[-2000:]
@@ -73,7 +66,7 @@ def test_unknown_stage_or_model_costs_the_stage_worst_else_the_default():
 
 
 def collected(*args: str) -> list[str]:
-    proc = pytest_run("specgate/gates", "--collect-only", "-q", *args)
+    proc = run_pytest("specgate/gates", "--collect-only", "-q", *args)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     return [line for line in proc.stdout.splitlines() if "::" in line]
 
@@ -118,10 +111,10 @@ def runs(tmp_path_factory):
     if VOCAB not in models.cached_models():
         model_missing(f"{VOCAB} (run: specgate models fetch)")
     whole_dir, shard_dir = tmp_path_factory.mktemp("whole"), tmp_path_factory.mktemp("shards")
-    proc = pytest_run("specgate/gates", "--models", VOCAB, "--report-dir", whole_dir)
+    proc = run_pytest("specgate/gates", "--models", VOCAB, "--report-dir", whole_dir)
     assert proc.returncode == 0, proc.stdout[-3000:]
     for i in (1, 2, 3):
-        proc = pytest_run("specgate/gates", "--models", VOCAB, "--shard", f"{i}/3", "--report-dir", shard_dir)
+        proc = run_pytest("specgate/gates", "--models", VOCAB, "--shard", f"{i}/3", "--report-dir", shard_dir)
         assert proc.returncode == 0, proc.stdout[-3000:]
     return whole_dir, shard_dir
 
@@ -168,7 +161,7 @@ def test_a_run_over_xdist_workers_reports_what_one_process_reports(runs, tmp_pat
     single-process run's."""
     whole_dir, _ = runs
     workers_dir = tmp_path_factory.mktemp("workers")
-    proc = pytest_run(
+    proc = run_pytest(
         "specgate/gates", "--models", VOCAB, "-n", "2", "--dist", "loadfile", "--report-dir", workers_dir
     )
     assert proc.returncode == 0, proc.stdout[-3000:]

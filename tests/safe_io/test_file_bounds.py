@@ -25,6 +25,7 @@ from specgate.supply import models as model_cache
 from specgate.supply.fetch import fetch
 from specgate.supply.models import ModelEntry, ModelError, Source
 from specgate.upkeep import snapshots
+from tests.child_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "tiny-qwen2-f32"
@@ -32,10 +33,8 @@ TIMEOUT = 120  # a run that hangs fails here instead of hanging the suite
 
 
 def pytest_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q", *args]
-    return subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **(env or {})}
-    )
+    """One worker, quiet; ``env`` added to this process's environment."""
+    return run_pytest("-p", "no:xdist", "-q", *args, env={**os.environ, **(env or {})}, timeout=TIMEOUT)
 
 
 def one_line(proc: subprocess.CompletedProcess[str], needle: str, code: int = 4) -> None:

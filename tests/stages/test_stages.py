@@ -4,13 +4,11 @@ the search read one registry, and one rule judges a case in the gate and in a re
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from impl.oracle import OracleEngine
-from impl.process import lifeline
 from impl.protocol import Engine
 from specgate import stages
 from specgate.gates import test_render as render_gate
@@ -18,6 +16,7 @@ from specgate.outcomes.gate import NotApplicable
 from specgate.run import triage
 from specgate.search.searchable import QUANTIZED_GENERATE, QUANTIZED_LOGITS, SEARCHABLE
 from specgate.upkeep import corpus, snapshots
+from tests.child_pytest import planted_pytest
 from tests.gate_request import gate_request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,10 +92,9 @@ def test_misspelt(engine, model, model_id, case_id, case):
 def test_a_gate_naming_an_unknown_stage_is_a_usage_error(tmp_path: Path) -> None:
     """A misspelt stage used to parametrize nothing (one silent skip); now it stops the run."""
     (tmp_path / "test_planted.py").write_text(PLANTED, encoding="utf-8")
-    cmd = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-p", "no:xdist",
-           "--impl", "oracle", "--models", "qwen3-vocab", str(tmp_path)]  # fmt: skip
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = lifeline.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    proc = planted_pytest(
+        tmp_path, "-p", "no:xdist", "--impl", "oracle", "--models", "qwen3-vocab", tmp_path, timeout=120
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 4, out[-2000:]
     assert "gate marker names an unknown stage 'encdoe'" in out, out[-2000:]

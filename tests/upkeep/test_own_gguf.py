@@ -14,7 +14,6 @@ snapshots in a temporary ``--snapshot-dir``, never in the repository's ``snapsho
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -23,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from impl.process import lifeline
 from oracle.gguf import open_gguf
 from specgate.plugin import model_missing
 from specgate.supply import models as model_cache
 from specgate.upkeep.snapshots import SNAPSHOT_ROOT
+from tests.child_pytest import run_pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "tiny-qwen2-f32"
@@ -62,11 +61,6 @@ def user_gguf(tmp_path: Path) -> Path:
     path.parent.mkdir()
     shutil.copyfile(model_cache.model_dir(TINY) / f"{TINY}.gguf", path)
     return path
-
-
-def run_pytest(*args: str | Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *map(str, args)]
-    return lifeline.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
 
 
 def record(model: Path, snapshot_dir: Path, *tests: str) -> None:
