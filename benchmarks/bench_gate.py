@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.memory_profile import tree_bytes  # noqa: E402  (the suite's own tree measure)
+from tests.memory_profile import tree_peak  # noqa: E402  (the suite's own tree measure)
 
 #: How often the gate run's memory is sampled. Reading the proportional set sizes walks every
 #: mapped page of the process (the 0.5B's 2 GB of weights) under its memory-map lock, which
@@ -58,7 +58,7 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[in
 
         def sample() -> None:
             while not done.wait(SAMPLE_SECONDS):
-                peak[0] = max(peak[0], tree_bytes(proc.pid))
+                peak[0] = tree_peak(proc.pid, peak[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.memory_profile import tree_bytes  # noqa: E402  (the suite's own tree measure)
+from tests.memory_profile import tree_peak  # noqa: E402  (the suite's own tree measure)
 
 
 def load() -> str:
@@ -49,7 +49,7 @@ def run(repo: Path, commit: str, sessions: list[str], workdir: Path) -> dict[str
 
         def sample() -> None:
             while not done.wait(0.2):
-                peak[0] = max(peak[0], tree_bytes(proc.pid))
+                peak[0] = tree_peak(proc.pid, peak[0])
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
