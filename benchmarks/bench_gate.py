@@ -35,11 +35,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.memory_profile import tree_peak  # noqa: E402  (the suite's own tree measure)
+from impl.process.tree_memory import tree_peak  # noqa: E402  (the suite's own tree measure)
 
 #: How often the gate run's memory is sampled. Reading the proportional set sizes walks every
 #: mapped page of the process (the 0.5B's 2 GB of weights) under its memory-map lock, which
-#: stalls its page faults. One commit's gate run on the same quiet machine: 146 s sampled
+#: stalls its page faults (``tree_peak`` reads them only when the resident sizes could hold a
+#: new peak; the figures below are from before it). One commit's gate run on the same quiet machine: 146 s sampled
 #: every 0.2 s, 123 and 130 s every 2 s, 111 and 116 s run bare. Compare commits within
 #: one sitting of this script (the same perturbation on both), not with a bare run.
 SAMPLE_SECONDS = 2.0

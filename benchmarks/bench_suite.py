@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.memory_profile import tree_peak  # noqa: E402  (the suite's own tree measure)
+from impl.process.tree_memory import tree_peak  # noqa: E402  (the suite's own tree measure)
 
 
 def load() -> str:

@@ -16,13 +16,12 @@ exact (the kernel keeps it).
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from impl.process.tree_memory import descendants, proportional_bytes, tree_bytes, tree_peak  # noqa: F401 (re-exported)
+from impl.process.tree_memory import TreePeak
 from specgate.gates import free_unused_memory  # the gates' own, re-exported for the tests
 
 TREE_INTERVAL = 0.2  # seconds between two samples of the process tree
@@ -59,38 +58,6 @@ def reset_own_peak() -> bool:
     return True
 
 
-class TreeSampler:
-    """A daemon thread that samples the resident size of the process tree; keeps the peak
-    and the test running when it was reached."""
-
-    def __init__(self, interval: float = TREE_INTERVAL) -> None:
-        self.interval = interval
-        self.peak = 0
-        self.peak_at = "(before the first test)"
-        self.current = "(collection)"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="specgate-tree-sampler", daemon=True)
-        self.available = Path(f"/proc/{os.getpid()}/statm").exists()
-
-    def start(self) -> None:
-        if self.available:
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def sample(self) -> None:
-        peak = tree_peak(os.getpid(), self.peak)
-        if peak > self.peak:
-            self.peak, self.peak_at = peak, self.current
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-
 class PeakMemoryProfile:
     """The pytest plugin: per-test peaks of the pytest process and the tree's peak."""
 
@@ -100,11 +67,12 @@ class PeakMemoryProfile:
         self.before_tests = 0
         self.per_test: list[tuple[int, str]] = []
         self.resettable = True
-        self.tree = TreeSampler()
-        if sample_tree:  # an xdist worker's tree is in its controller's, which samples it
-            self.tree.start()
-        else:
-            self.tree.available = False
+        self.current = "(collection)"  # the test running (under xdist: the one started last)
+        # an xdist worker's tree is in its controller's, which samples it
+        sampled = sample_tree and Path(f"/proc/{os.getpid()}/statm").exists()
+        self.tree = (
+            TreePeak(os.getpid(), TREE_INTERVAL, where=lambda: self.current).start() if sampled else None
+        )
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
@@ -118,7 +86,7 @@ class PeakMemoryProfile:
 
     def pytest_runtest_logstart(self, nodeid, location):
         """The test the tree's peak is attributed to (under xdist: the one started last)."""
-        self.tree.current = nodeid
+        self.current = nodeid
 
     def pytest_sessionfinish(self, session):
         """A pytest-xdist worker hands its per-test peaks to the controller."""
@@ -144,15 +112,16 @@ class PeakMemoryProfile:
 
     def lines(self) -> list[str]:
         """What the run prints at its end."""
-        self.tree.sample()
-        self.tree.stop()
+        if self.tree is not None:
+            self.tree.sample()
+            self.tree.stop()
         own = self.session_peak() or 0
         line = f"peak memory: pytest {own / 1e9:.2f} GB"  # under xdist: the largest worker's
-        if self.tree.available:
-            whole = max(self.tree.peak, own)
+        if self.tree is not None:
+            whole = max(self.tree.bytes, own)
             line += (
                 f"; pytest and its children together {whole / 1e9:.2f} GB"
-                f" (PSS, sampled every {self.tree.interval:g} s, during {self.tree.peak_at})"
+                f" (PSS, sampled every {self.tree.interval:g} s, during {self.tree.at})"
             )
         cgroup = cgroup_peak_bytes()
         if cgroup is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -76,21 +77,31 @@ def tree_peak(pid: int, peak: int) -> int:
 
 class TreePeak:
     """While open, a daemon thread samples ``tree_bytes(pid)`` every ``interval`` seconds
-    and keeps the peak (bytes; 0 where ``/proc`` is not readable)::
+    and keeps the peak (bytes; 0 where ``/proc`` is not readable) and, with ``where``,
+    what ``where()`` said when it was reached (``at``: the suite's memory report names the
+    test that was running)::
 
         with TreePeak(proc.pid) as peak:
             proc.wait()
         peak.bytes
     """
 
-    def __init__(self, pid: int, interval: float = SAMPLE_INTERVAL) -> None:
+    def __init__(
+        self, pid: int, interval: float = SAMPLE_INTERVAL, where: Callable[[], str] | None = None
+    ) -> None:
         self.pid, self.interval, self.bytes = pid, interval, 0
+        self.where, self.at = where, ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="specgate-tree-peak", daemon=True)
 
+    def sample(self) -> None:
+        peak = tree_peak(self.pid, self.bytes)
+        if peak > self.bytes:
+            self.bytes, self.at = peak, self.where() if self.where else ""
+
     def _run(self) -> None:
         while True:
-            self.bytes = tree_peak(self.pid, self.bytes)
+            self.sample()
             if self._stop.wait(self.interval):
                 return
 
@@ -99,9 +110,10 @@ class TreePeak:
         return self
 
     def stop(self) -> int:
-        """Stop sampling (one last sample first); the peak in bytes."""
+        """Stop sampling; the peak in bytes."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         return self.bytes
 
     def __enter__(self) -> TreePeak:

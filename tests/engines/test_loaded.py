@@ -10,9 +10,10 @@ import os
 import pytest
 
 from impl.loaded import PerModel
+from impl.process.tree_memory import proportional_bytes
 from specgate.plugin import model_missing, setup_missing
 from specgate.supply import models
-from tests.memory_profile import free_unused_memory, proportional_bytes
+from tests.memory_profile import free_unused_memory
 
 
 def resident_after_freeing() -> int:
